@@ -1,0 +1,38 @@
+"""Health, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from app.api.problems import problem
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(request: Request) -> Response:
+    """Readiness: the database answers and the default profile's tokenizer is loaded."""
+    state = request.app.state
+    try:
+        with state.engine.connect() as conn:
+            conn.execute(text("select 1"))
+    except Exception as exc:  # any driver error means not ready
+        return problem(503, "Not ready", f"database: {exc.__class__.__name__}: {exc}")
+    checks = {"database": "ok", "tokenizer": "loaded" if state.tokenizer_ready.is_set() else "loading"}
+    if not state.tokenizer_ready.is_set():
+        return problem(503, "Not ready", "the default profile's tokenizer is still loading", checks=checks)
+    return Response(content=f'{{"status":"ready","checks":{{"database":"ok","tokenizer":"loaded"}}}}',
+                    media_type="application/json")
+
+
+@router.get("/metrics")
+def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,170 @@
+"""API schemas (pydantic v2). Never passed below the service boundary as ORM rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+EventId = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ConstraintIn(Strict):
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    text: Annotated[str, Field(min_length=1)]
+
+
+class ContractIn(Strict):
+    goal: Annotated[str, Field(min_length=1)]
+    constraints: list[ConstraintIn] = Field(default_factory=list)
+    contract_version: Annotated[int, Field(ge=1)] = 1
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "ContractIn":
+        ids = [c.id for c in self.constraints]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"constraint ids must be unique; repeated: {dupes}")
+        return self
+
+
+class FunctionDecl(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDecl(BaseModel):
+    """An OpenAI function declaration: ``{"type": "function", "function": {...}}``."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionDecl
+
+
+class SessionCreate(Strict):
+    profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
+    contract: ContractIn
+    system: str = ""
+    tools: list[ToolDecl] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> "SessionCreate":
+        names = [t.function.name for t in self.tools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique; repeated: {dupes}")
+        return self
+
+
+class SessionCreated(BaseModel):
+    id: str
+
+
+class SessionOut(BaseModel):
+    id: str
+    profile: str
+    contract: dict[str, Any]
+    system: str
+    tools: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    events: int
+    last_seq: int
+    artifacts: dict[str, int]
+    created_at: str
+
+
+class ToolCallIn(Strict):
+    call_id: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    arguments: str = Field(default="{}", description="JSON text as the model produced it (an object is serialised)")
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _to_text(cls, value: Any) -> Any:
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, ensure_ascii=False)
+        return value
+
+
+class MessageIn(Strict):
+    event_id: EventId
+    kind: Literal["message"]
+    role: Literal["user", "assistant"]
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ToolCallIn] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _calls(self) -> "MessageIn":
+        if self.role == "user" and (self.tool_calls or self.reasoning):
+            raise ValueError("a user message carries neither tool_calls nor reasoning")
+        ids = [c.call_id for c in self.tool_calls]
+        if len(set(ids)) != len(ids):
+            raise ValueError("tool call ids must be unique within a message")
+        return self
+
+
+class BindingIn(Strict):
+    """Eq. 5 binding; ``revision`` omitted binds to the artifact's current revision."""
+
+    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    kind: Annotated[str, Field(min_length=1, max_length=64)]
+    revision: Annotated[int, Field(ge=0)] | None = None
+    range: str | None = None
+    content_hash: str | None = None
+
+
+class ToolResultIn(Strict):
+    event_id: EventId
+    kind: Literal["tool_result"]
+    call_id: Annotated[str, Field(min_length=1, max_length=200)]
+    payload: str
+    exit_code: int | None = None
+    binding: BindingIn | None = None
+    conditions: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArtifactWriteIn(Strict):
+    event_id: EventId
+    kind: Literal["artifact_write"]
+    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    content_hash: str | None = None
+
+
+class StepIn(Strict):
+    event_id: EventId
+    kind: Literal["step"]
+    text: Annotated[str, Field(min_length=1)]
+
+
+EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn], Field(discriminator="kind")]
+
+
+class EventBatch(Strict):
+    events: Annotated[list[EventIn], Field(min_length=1, max_length=1000)]
+
+
+class EventResult(BaseModel):
+    event_id: str
+    seq: int
+    status: Literal["created", "duplicate"]
+    revision: int | None = None
+
+
+class EventBatchOut(BaseModel):
+    session_id: str
+    last_seq: int
+    results: list[EventResult]
+
+
+class AssembledRequest(BaseModel):
+    request: dict[str, Any]
+    manifest: dict[str, Any]

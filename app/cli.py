@@ -1,0 +1,164 @@
+"""``ctxd`` command line: ``serve | migrate | replay`` (``eval`` and ``bench`` to come).
+
+Every subcommand imports what it needs inside its handler, so ``ctxd --help``
+stays fast and does not load FastAPI, SQLAlchemy or tokenizers.
+
+Exit codes: 0 ok, 1 the server or the command failed, 2 bad usage or bad input
+file, 3 the server could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from app.replay import ReplayProblem
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        reload=args.reload,
+    )
+    return EXIT_OK
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from app.store.migrate import upgrade_head
+
+    upgrade_head()
+    print("database schema is at head")
+    return EXIT_OK
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from app.adapters.miniswe import TrajectoryFormatError
+    from app.replay import (
+        ReplayConnectionError,
+        ReplayError,
+        ReplayProblem,
+        print_report,
+        run_replay,
+        write_json,
+    )
+
+    err = Console(stderr=True)
+    try:
+        report = run_replay(
+            args.trajectory,
+            args.url,
+            profile=args.profile,
+            fmt=args.format,
+            progress=not args.quiet,
+            timeout=args.timeout,
+        )
+    except (TrajectoryFormatError, OSError) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_BAD_INPUT
+    except ReplayConnectionError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_UNREACHABLE
+    except ReplayProblem as exc:
+        _print_problem(err, exc)
+        return EXIT_FAILED
+    except ReplayError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_FAILED
+
+    print_report(report, table=not args.quiet)
+    if args.json_out:
+        write_json(report, args.json_out)
+        err.print(f"report written to {args.json_out}", highlight=False)
+    return EXIT_OK
+
+
+def _print_problem(console: Console, exc: ReplayProblem) -> None:
+    """Print an RFC 9457 problem: status line, then title, detail, type, extensions."""
+    from rich.markup import escape
+
+    p = exc.problem
+    console.print(
+        f"[bold red]server error[/] {escape(exc.method)} {escape(exc.url)} -> {exc.status}",
+        highlight=False,
+    )
+    for key in ("title", "detail", "type", "instance"):
+        if p.get(key) not in (None, ""):
+            console.print(f"  {key}: {escape(str(p[key]))}", highlight=False)
+    for key, value in p.items():
+        if key not in ("title", "detail", "type", "instance", "status"):
+            console.print(f"  {key}: {escape(str(value))}", highlight=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctxd",
+        description="ctxd: context-assembly service for LLM agents.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("serve", help="run the HTTP service (uvicorn)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--reload", action="store_true", help="reload on code changes (development)")
+    p.set_defaults(handler=_cmd_serve)
+
+    p = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
+    p.set_defaults(handler=_cmd_migrate)
+
+    p = sub.add_parser(
+        "replay",
+        help="replay a mini-swe-agent trajectory against a running server",
+        description=(
+            "Create a session from a mini-swe-agent trajectory, post its events and fetch "
+            "the assembled request at every model call the agent made; print ctxd's token "
+            "counts beside the provider's recorded usage (a different tokenizer: reference only)."
+        ),
+    )
+    p.add_argument("trajectory", help="path to a *.traj.json file")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
+    p.add_argument("--profile", default="qwen3", help="model profile (default: %(default)s)")
+    p.add_argument(
+        "--format", default="openai", choices=("openai", "anthropic", "tokens"),
+        help="wire format to request (default: %(default)s)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no per-call table")
+    p.add_argument("--json-out", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout in seconds (default: %(default)s)")
+    p.set_defaults(handler=_cmd_replay)
+
+    # Later issues add `eval` and `bench` here: sub.add_parser(...).set_defaults(handler=...).
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The walking-skeleton context policy ("window"): pin root and trunk, keep the newest
+turn groups, evict the oldest complete turn groups when over budget.
+
+Sources: seed 000 eq. 1 (budget) and section 4.4 (layout by change rate); seed 001
+(pinning, elision breadcrumbs, ``bound_tool_output`` head + tail); seed 003
+(``B_input = W - O - M``, assembly manifest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from app.domain.budget import Budget, check_pinned
+from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
+from app.domain.ports import Measurement, TokenMeter
+from app.domain.types import (
+    ArtifactWriteEvent,
+    Event,
+    MessageEvent,
+    Session,
+    StepEvent,
+    ToolResultEvent,
+    TurnGroup,
+)
+
+SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the API resolves prefixes)
+
+
+@dataclass(frozen=True)
+class BoundedResult:
+    """A tool result as it enters the request: verbatim or head + marker + tail."""
+
+    text: str
+    payload_tokens: int
+    elided_tokens: int
+
+    @property
+    def representation(self) -> str:
+        return "head_tail" if self.elided_tokens else "verbatim"
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """The outcome of one assembly: the conversation, its exact measurement and the manifest
+    parts. ``cut_seq`` is the first kept turn group's seq (groups before it are elided);
+    callers persist it so later assemblies only ever move it forward."""
+
+    conversation: Conversation
+    measurement: Measurement
+    budget: Budget
+    cut_seq: int
+    items: tuple[dict[str, Any], ...]
+    elided: tuple[dict[str, Any], ...]
+    evicted_now: int
+    warnings: tuple[str, ...] = field(default=())
+
+
+def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
+    """Group events into turn groups in seq order.
+
+    An assistant message opens a group that collects the results of its tool calls
+    (parallel calls included, whatever their arrival order); a user message or an
+    assistant message without calls is a group of its own. Returns the groups, the
+    latest step (shown at the end of the leaf) and the artifact writes (bookkeeping).
+    """
+    groups: list[TurnGroup] = []
+    owner: dict[str, int] = {}
+    results: dict[int, list[ToolResultEvent]] = {}
+    step: StepEvent | None = None
+    writes: list[ArtifactWriteEvent] = []
+    for event in sorted(events, key=lambda e: e.seq):
+        if isinstance(event, MessageEvent):
+            index = len(groups)
+            groups.append(TurnGroup(message=event))
+            results[index] = []
+            for call in event.tool_calls:
+                owner[call.call_id] = index
+        elif isinstance(event, ToolResultEvent):
+            if event.call_id in owner:  # ingestion guarantees it; stay total anyway
+                results[owner[event.call_id]].append(event)
+        elif isinstance(event, StepEvent):
+            step = event
+        else:
+            writes.append(event)
+    out = []
+    for index, group in enumerate(groups):
+        got = {r.call_id: r for r in results[index]}
+        ordered = tuple(got[c.call_id] for c in group.message.tool_calls if c.call_id in got)
+        pending = tuple(c.call_id for c in group.message.tool_calls if c.call_id not in got)
+        out.append(TurnGroup(message=group.message, results=ordered, pending=pending))
+    return out, step, writes
+
+
+def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int) -> BoundedResult:
+    """Seed 001 ``bound_tool_output``: the text unchanged if within ``cap_tokens``, else
+    a head and a tail (half the cap each) joined by a marker naming the handle and the
+    elided token count. The marker's own tokens are not charged to the cap."""
+    tokens = meter.count_text(result.payload)
+    if tokens <= cap_tokens:
+        return BoundedResult(result.payload, tokens, 0)
+    head_tokens = cap_tokens // 2
+    head, tail, elided = meter.head_tail(result.payload, head_tokens, cap_tokens - head_tokens)
+    marker = (
+        f"\n[... {elided} tokens elided by ctxd; the whole output is kept as handle "
+        f"{result.handle} (GET /v1/handles/{result.handle}) ...]\n"
+    )
+    return BoundedResult(head + marker + tail, tokens, elided)
+
+
+def observation_text(result: ToolResultEvent, body: str) -> str:
+    """A tool message's content: run facts the agent needs (exit code, exception), then the
+    output. The payload itself is never re-encoded (seed 000 section 4.4.2)."""
+    header = []
+    if result.exit_code is not None:
+        header.append(f"exit_code: {result.exit_code}")
+    exception = result.conditions.get("exception_info") if result.conditions else None
+    if exception:
+        header.append(f"exception: {exception}")
+    return ("\n".join(header) + "\n" + body) if header else body
+
+
+def _call_preview(arguments: str, limit: int = 80) -> str:
+    flat = " ".join(arguments.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int]) -> str:
+    """One breadcrumb listing every dropped turn group with its handles (seed 001)."""
+    if not dropped:
+        return ""
+    first, last = dropped[0].first_seq, max(max(g.seqs) for g in dropped)
+    total = sum(payload_tokens.get(r.handle, 0) for g in dropped for r in g.results)
+    lines = [
+        "## Elided history",
+        f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total} tokens) "
+        "were removed from this request to fit the token budget. Nothing is lost: read any of them "
+        "back by handle (GET /v1/handles/<handle>, prefixes accepted).",
+    ]
+    for group in dropped:
+        message = group.message
+        calls = {r.call_id: r for r in group.results}
+        parts = [f"- seq {message.seq} {message.role} turn {message.handle[:SHORT_HANDLE]}"]
+        for call in message.tool_calls:
+            result = calls.get(call.call_id)
+            if result is None:
+                continue
+            exit_part = f", exit {result.exit_code}" if result.exit_code is not None else ""
+            parts.append(
+                f": {call.name} {_call_preview(call.arguments)} -> result "
+                f"{result.handle[:SHORT_HANDLE]} ({payload_tokens.get(result.handle, 0)} tokens{exit_part})"
+            )
+        lines.append("".join(parts))
+    return "\n".join(lines)
+
+
+def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_reasoning: bool) -> list[LeafMessage]:
+    message = group.message
+    resolved = {r.call_id for r in group.results}
+    calls = tuple(
+        LeafToolCall(c.call_id, c.name, c.arguments) for c in message.tool_calls if c.call_id in resolved
+    )
+    out: list[LeafMessage] = []
+    if message.content or calls or message.role == "user":
+        out.append(
+            LeafMessage(
+                role=message.role,
+                content=message.content,
+                tool_calls=calls,
+                reasoning=message.reasoning if render_reasoning else None,
+                seq=message.seq,
+            )
+        )
+    names = {c.call_id: c.name for c in message.tool_calls}
+    for result in group.results:
+        out.append(
+            LeafMessage(
+                role="tool",
+                content=observation_text(result, bounded[result.handle].text),
+                call_id=result.call_id,
+                name=names[result.call_id],
+                seq=result.seq,
+            )
+        )
+    return out
+
+
+def _conversation(session: Session, groups: Sequence[TurnGroup], dropped: Sequence[TurnGroup], step: StepEvent | None,
+                  bounded: dict[str, BoundedResult], payload_tokens: dict[str, int], render_reasoning: bool) -> Conversation:
+    trunk = render_contract(session.contract)
+    note = elision_note(dropped, payload_tokens)
+    if note:
+        trunk = trunk + "\n\n" + note
+    leaf: list[LeafMessage] = []
+    for group in groups:
+        leaf.extend(_leaf_messages(group, bounded, render_reasoning))
+    if step is not None:
+        leaf.append(LeafMessage(role="user", content=f"Next step: {step.text}", seq=step.seq))
+    return Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk, leaf=tuple(leaf))
+
+
+def assemble_window(
+    session: Session,
+    events: Sequence[Event],
+    *,
+    budget: Budget,
+    meter: TokenMeter,
+    item_cap_tokens: int,
+    previous_cut_seq: int = 0,
+    render_reasoning: bool = False,
+) -> Assembly:
+    """Select and lay out the next request under the window policy.
+
+    Invariants: the result's ``measurement.total <= budget.input_limit`` (eq. 1, counted
+    on the rendered request); evicted turn groups are whole (a call never loses its
+    result); every dropped group is named with its handles in the trunk's elision note;
+    the cut only moves forward (``previous_cut_seq``), so the leaf is append-only between
+    evictions and, once over the limit, the request shrinks to ``budget.eviction_target``.
+
+    Raises:
+        PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
+    """
+    groups, step, writes = build_turn_groups(events)
+    bounded: dict[str, BoundedResult] = {}
+    payload_tokens: dict[str, int] = {}
+    for group in groups:
+        for result in group.results:
+            if result.handle not in bounded:
+                bounded[result.handle] = bound_tool_output(meter, result, item_cap_tokens)
+                payload_tokens[result.handle] = bounded[result.handle].payload_tokens
+
+    first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
+
+    def build(k: int) -> tuple[Conversation, Measurement]:
+        conv = _conversation(session, groups[k:], groups[:k], step, bounded, payload_tokens, render_reasoning)
+        return conv, meter.measure(conv)
+
+    conversation, measurement = build(first_kept)
+    k = first_kept
+    if measurement.total > budget.input_limit:
+        # Smallest k whose request fits the eviction target (binary search; the count is
+        # non-increasing in k up to the breadcrumb's growth, so verify and step after).
+        target = budget.eviction_target
+        lo, hi = first_kept + 1, len(groups)
+        best: tuple[int, Conversation, Measurement] | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            conv, meas = build(mid)
+            if meas.total <= target:
+                best, hi = (mid, conv, meas), mid - 1
+            else:
+                lo = mid + 1
+        if best is None:
+            conv, meas = build(len(groups))
+            best = (len(groups), conv, meas)
+        k, conversation, measurement = best
+        while measurement.total > budget.input_limit and k < len(groups):
+            k += 1
+            conversation, measurement = build(k)
+        if measurement.total > budget.input_limit:
+            pinned = dict(measurement.by_role)
+            check_pinned(budget, pinned, measurement.total)
+    cut_seq = groups[k].first_seq if k < len(groups) else (groups[-1].first_seq + 1 if groups else 0)
+    cut_seq = max(cut_seq, previous_cut_seq)
+
+    items: list[dict[str, Any]] = []
+    elided: list[dict[str, Any]] = []
+    for index, group in enumerate(groups):
+        kept = index >= k
+        for event in (group.message, *group.results):
+            entry: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "handle": event.handle}
+            if isinstance(event, ToolResultEvent):
+                entry["call_id"] = event.call_id
+                entry["tokens"] = payload_tokens[event.handle]
+            if kept:
+                entry["zone"] = "leaf"
+                if isinstance(event, ToolResultEvent):
+                    b = bounded[event.handle]
+                    entry["representation"] = b.representation
+                    entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if b.elided_tokens else "")
+                    if b.elided_tokens:
+                        entry["elided_tokens"] = b.elided_tokens
+                else:
+                    entry["representation"] = "verbatim"
+                    entry["why"] = "recent turn"
+                    if group.pending:
+                        entry["pending_calls"] = list(group.pending)
+                items.append(entry)
+            else:
+                entry["zone"] = "trunk"
+                entry["representation"] = "elided"
+                entry["why"] = "oldest complete turn group evicted to fit the budget (eq. 1)"
+                elided.append(entry)
+    for write in writes:
+        items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
+                      "representation": "not_rendered", "why": f"artifact revision bookkeeping ({write.artifact} r{write.revision})"})
+    if step is not None:
+        items.append({"seq": step.seq, "event_id": step.event_id, "kind": "step", "zone": "leaf",
+                      "representation": "verbatim", "why": "the next bounded step, last in the leaf"})
+    items.sort(key=lambda e: e["seq"])
+    return Assembly(
+        conversation=conversation,
+        measurement=measurement,
+        budget=budget,
+        cut_seq=cut_seq,
+        items=tuple(items),
+        elided=tuple(elided),
+        evicted_now=k - first_kept,
+        warnings=measurement.warnings,
+    )

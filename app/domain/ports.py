@@ -1,0 +1,38 @@
+"""Ports the domain needs from the outside (DESIGN.md section 4): Protocols only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from app.domain.layout import Conversation
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Exact token counts of one rendered request.
+
+    ``by_zone`` has root, trunk, leaf; ``by_role`` has system, tools, task_state,
+    observations; each sums to ``total`` (tokens of the profile's tokenizer).
+    """
+
+    total: int
+    by_zone: dict[str, int]
+    by_role: dict[str, int]
+    warnings: tuple[str, ...] = ()
+    ids: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    extra: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+class TokenMeter(Protocol):
+    """The profile's tokenizer, as the assembly policy sees it."""
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` alone (no chat framing)."""
+
+    def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
+        """Split ``text`` at token boundaries: (head, tail, elided token count)."""
+
+    def measure(self, conversation: "Conversation") -> Measurement:
+        """Render ``conversation`` with the chat template and count it exactly."""

@@ -1,0 +1,125 @@
+"""Domain values (frozen dataclasses; standard library only).
+
+Vocabulary from DESIGN.md section 2; equations cite seed 000.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+EventKind = Literal["message", "tool_result", "artifact_write", "step"]
+Zone = Literal["root", "trunk", "leaf"]
+ZONES: tuple[Zone, ...] = ("root", "trunk", "leaf")
+BUDGET_ROLES: tuple[str, ...] = ("system", "tools", "task_state", "observations")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A protected field of the task contract: copied verbatim, never summarised."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The task contract: goal + constraints with stable ids + ``contract_version``."""
+
+    goal: str
+    constraints: tuple[Constraint, ...]
+    contract_version: int = 1
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    profile: str
+    contract: Contract
+    system: str
+    tools: tuple[dict[str, Any], ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    call_id: str
+    name: str
+    arguments: str  # JSON text exactly as the agent's model produced it
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Eq. 5: what an observation read: ``(artifact, kind, revision, range, content_hash)``."""
+
+    artifact: str
+    kind: str
+    revision: int
+    range: str | None = None
+    content_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    seq: int
+    event_id: str
+    role: Role
+    content: str
+    handle: str  # handle of the message's canonical JSON, for elision breadcrumbs
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    kind: Literal["message"] = "message"
+
+
+@dataclass(frozen=True)
+class ToolResultEvent:
+    seq: int
+    event_id: str
+    call_id: str
+    payload: str
+    handle: str  # sha256 hex of the payload's UTF-8 bytes
+    exit_code: int | None = None
+    binding: Binding | None = None
+    conditions: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True)
+class ArtifactWriteEvent:
+    seq: int
+    event_id: str
+    artifact: str
+    revision: int
+    content_hash: str | None = None
+    kind: Literal["artifact_write"] = "artifact_write"
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    seq: int
+    event_id: str
+    text: str
+    kind: Literal["step"] = "step"
+
+
+Event = MessageEvent | ToolResultEvent | ArtifactWriteEvent | StepEvent
+
+
+@dataclass(frozen=True)
+class TurnGroup:
+    """The unit of eviction: an assistant turn with all of its tool results (parallel
+    calls included), or a lone user/assistant message. ``pending`` lists call ids that
+    have no result yet; such calls are not rendered (every call needs its result)."""
+
+    message: MessageEvent
+    results: tuple[ToolResultEvent, ...] = ()
+    pending: tuple[str, ...] = ()
+
+    @property
+    def first_seq(self) -> int:
+        return self.message.seq
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        return (self.message.seq, *(r.seq for r in self.results))

@@ -1,0 +1,84 @@
+"""ctxd application factory: ``create_app()``; connections are built in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+
+from app.api import problems
+from app.api.routes import ops, v1
+from app.observability import metrics
+from app.settings import Settings, offline_environment
+
+log = logging.getLogger("ctxd")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the ASGI app. ``settings`` defaults to the environment (prefix CTXD_)."""
+    offline_environment()
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from app.store.db import make_engine, make_session_factory
+        from app.store.migrate import upgrade_head
+        from app.tokenizers.loading import MeterRegistry
+        from app.tokenizers.profiles import ProfileRegistry, load_profiles
+
+        url = settings.effective_database_url
+        upgrade_head(url)
+        engine = make_engine(url)
+        registry = ProfileRegistry(load_profiles(settings.profiles_path))
+        meter_registry = MeterRegistry()
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.session_factory = make_session_factory(engine)
+        app.state.profiles = registry
+        app.state.meters = meter_registry
+        app.state.tokenizer_ready = threading.Event()
+
+        def warm() -> None:
+            try:
+                meter_registry.get(registry.get(settings.default_profile))
+            except Exception:
+                log.exception("could not load the default profile's tokenizer")
+            finally:
+                app.state.tokenizer_ready.set()
+
+        threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
+        log.info("ctxd ready: database %s, profiles %s", engine.url.render_as_string(hide_password=True), registry.names())
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        title="ctxd",
+        version="0.1.0",
+        summary="Context assembly for LLM agents: exact-counted, budgeted, cache-stable model requests.",
+        lifespan=lifespan,
+    )
+    problems.install(app)
+    app.include_router(v1.router)
+    app.include_router(ops.router)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            metrics.HTTP_REQUESTS.labels(request.method, path, str(status)).inc()
+            metrics.HTTP_LATENCY.labels(request.method, path).observe(time.perf_counter() - start)
+
+    return app

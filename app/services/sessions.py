@@ -1,0 +1,161 @@
+"""Use cases on sessions and their event log (DESIGN.md section 3, POST path)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session as OrmSession
+
+from app.domain.errors import EventConflict, InvalidEvent, SessionNotFound
+from app.domain.layout import canonical_json
+from app.store import repository as repo
+from app.store.tables import ArtifactRow
+from app.tokenizers.profiles import ProfileRegistry
+from app.observability import metrics
+
+
+def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
+                   tools: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
+    """Create a session; returns its id (32 hex chars).
+
+    Raises:
+        UnknownProfile: ``profile`` is not configured (HTTP 422).
+    """
+    profiles.get(profile)
+    session_id = uuid.uuid4().hex
+    repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
+                     metadata=metadata)
+    return session_id
+
+
+def describe_session(db: OrmSession, session_id: str) -> dict[str, Any]:
+    row = repo.get_session_row(db, session_id)
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(ArtifactRow.session_id == session_id)).scalars()}
+    return {
+        "id": row.id, "profile": row.profile, "contract": row.contract, "system": row.system, "tools": row.tools,
+        "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
+        "artifacts": artifacts, "created_at": row.created_at.isoformat(),
+    }
+
+
+def _fingerprint(event: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
+
+
+def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Append a batch of events in one transaction (all or nothing; the caller commits).
+
+    Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
+    with the same body is a no-op returning the original seq; with another body it is a
+    conflict. Payloads go to content-addressed storage; the log keeps their handles.
+
+    Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}]}``.
+
+    Raises:
+        SessionNotFound: no such session (404).
+        EventConflict: an event_id reused with a different body (409).
+        InvalidEvent: a tool_result whose call_id names no earlier tool call of the session,
+            a second result for one call, or a reused call id (422).
+    """
+    row = repo.get_session_row(db, session_id, lock=True)
+    if row is None:
+        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    existing = repo.existing_events(db, session_id, [e["event_id"] for e in events])
+    calls, answered = repo.known_calls(db, session_id)
+    seen: dict[str, tuple[str, dict[str, Any]]] = {}
+    results: list[dict[str, Any]] = []
+    seq = row.last_seq
+    for index, event in enumerate(events):
+        event_id, kind = event["event_id"], event["kind"]
+        digest = _fingerprint(event)
+        where = {"index": index, "event_id": event_id}
+        if event_id in existing or event_id in seen:
+            prior_digest, prior = (existing[event_id].body_sha256, {"seq": existing[event_id].seq, "revision": existing[event_id].body.get("revision")}) \
+                if event_id in existing else seen[event_id]
+            if prior_digest != digest:
+                raise EventConflict(f"event_id {event_id!r} was already used with a different body", **where)
+            results.append({"event_id": event_id, "seq": prior["seq"], "status": "duplicate",
+                            "revision": prior.get("revision") if kind == "artifact_write" else None})
+            continue
+        body = {k: v for k, v in event.items() if k not in ("event_id", "kind")}
+        revision = None
+        if kind == "message":
+            reused = [c["call_id"] for c in body.get("tool_calls") or [] if c["call_id"] in calls]
+            if reused:
+                raise InvalidEvent(f"event {index} ({event_id!r}): tool call id(s) {reused} already used in this session", **where)
+            canonical = {"role": body["role"], "content": body.get("content", ""), "reasoning": body.get("reasoning"),
+                         "tool_calls": body.get("tool_calls") or []}
+            body["handle"] = repo.put_payload(db, canonical_json(canonical).encode("utf-8"))
+            calls.update(c["call_id"] for c in body.get("tool_calls") or [])
+        elif kind == "tool_result":
+            call_id = body["call_id"]
+            if call_id not in calls:
+                raise InvalidEvent(f"event {index} ({event_id!r}): call_id {call_id!r} names no earlier tool call of this session", call_id=call_id, **where)
+            if call_id in answered:
+                raise InvalidEvent(f"event {index} ({event_id!r}): call_id {call_id!r} already has a result", call_id=call_id, **where)
+            answered.add(call_id)
+            body["handle"] = repo.put_payload(db, body.pop("payload").encode("utf-8"))
+            binding = body.get("binding")
+            if binding is not None and binding.get("revision") is None:
+                binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])
+        elif kind == "artifact_write":
+            revision = repo.bump_artifact(db, session_id, body["artifact"])
+            body["revision"] = revision
+        seq += 1
+        repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
+        seen[event_id] = (digest, {"seq": seq, "revision": revision})
+        results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
+        metrics.EVENTS_APPENDED.labels(kind).inc()
+    row.last_seq = seq
+    db.flush()
+    return {"session_id": session_id, "last_seq": seq, "results": results}
+
+
+def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, length: int | None = None,
+                lines: str | None = None) -> tuple[str, bytes, int]:
+    """The raw payload behind ``handle`` (sha256 hex or an unambiguous prefix of >= 8 hex
+    chars), whole or sliced: ``offset``/``length`` in bytes, or ``lines`` "a:b" (1-based,
+    inclusive). Returns (full handle, bytes, total size in bytes).
+
+    Raises:
+        HandleNotFound: unknown handle (404). InvalidRange: a slice outside the payload or
+        malformed (416). InvalidEvent is not raised here.
+    """
+    from app.domain.errors import HandleNotFound, InvalidRange
+
+    h = handle.lower()
+    if not (8 <= len(h) <= 64) or any(c not in "0123456789abcdef" for c in h):
+        raise HandleNotFound(f"{handle!r} is not a handle (8 to 64 hex chars of a payload's sha256)", handle=handle)
+    try:
+        found = repo.get_payload(db, h)
+    except LookupError:
+        raise HandleNotFound(f"handle prefix {handle!r} is ambiguous; give more characters", handle=handle) from None
+    if found is None:
+        raise HandleNotFound(f"no payload with handle {handle!r}", handle=handle)
+    full, data = found
+    size = len(data)
+    if lines is not None:
+        if offset is not None or length is not None:
+            raise InvalidRange("give either lines or offset/length, not both")
+        try:
+            a_text, b_text = lines.split(":", 1)
+            a, b = int(a_text), int(b_text)
+        except ValueError:
+            raise InvalidRange(f"lines must be 'a:b' (1-based, inclusive), got {lines!r}") from None
+        all_lines = data.splitlines(keepends=True)
+        if a < 1 or b < a or a > max(len(all_lines), 1):
+            raise InvalidRange(f"lines {lines!r} outside 1:{len(all_lines)}", lines=len(all_lines))
+        return full, b"".join(all_lines[a - 1:b]), size
+    if offset is not None or length is not None:
+        start = offset or 0
+        if start < 0 or (length is not None and length < 0) or start > size:
+            raise InvalidRange(f"offset {start} / length {length} outside the payload's {size} bytes", size=size)
+        end = size if length is None else min(size, start + length)
+        return full, data[start:end], size
+    return full, data, size

@@ -1,0 +1,62 @@
+"""The one settings object (DESIGN.md section 5, rule 4): environment prefix ``CTXD_``.
+
+Defaults give the embedded mode: a SQLite file under ``CTXD_DATA_DIR`` and an
+in-process token cache. Nothing else in ctxd reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service configuration, validated at start-up.
+
+    Fields:
+        data_dir: directory for the embedded SQLite file (created if missing).
+        database_url: SQLAlchemy URL; ``postgresql+psycopg://...`` selects PostgreSQL.
+            Empty means ``sqlite:///<data_dir>/ctxd.sqlite3``.
+        redis_url: Redis URL for the segment cache; empty means the in-process LRU.
+        profiles_path: a TOML file of profiles that overrides/extends the shipped ones.
+        default_profile: profile used when a session names none.
+        local_cache_bytes: byte bound of the in-process token cache.
+        redis_timeout_seconds: socket timeout for Redis; past it ctxd encodes locally.
+        redis_ttl_seconds: lifetime of a cached segment in Redis.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CTXD_", extra="ignore")
+
+    data_dir: Path = Field(default=Path("./.data"))
+    database_url: str = ""
+    redis_url: str = ""
+    profiles_path: Path | None = None
+    default_profile: str = "qwen3"
+    local_cache_bytes: int = 256 * 1024 * 1024
+    redis_timeout_seconds: float = 0.05
+    redis_ttl_seconds: int = 7 * 24 * 3600
+    log_level: str = "info"
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @cached_property
+    def effective_database_url(self) -> str:
+        """The database URL in use: ``database_url`` or the embedded SQLite file."""
+        if self.database_url:
+            return self.database_url
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.data_dir / 'ctxd.sqlite3'}"
+
+
+def offline_environment() -> None:
+    """Forbid model-hub downloads: tokenizers load from files shipped in packages."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -1,0 +1,31 @@
+"""Engine and session factory (built in the app lifespan, never at import)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url``. SQLite gets WAL, foreign keys and a 30 s busy timeout, and is
+    shared across the server's worker threads."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **kwargs)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[OrmSession]:
+    return sessionmaker(bind=engine, expire_on_commit=False)

@@ -1,0 +1,202 @@
+"""Repositories: ORM rows <-> domain values. Services call these; they never commit."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session as OrmSession
+
+from app.domain.types import (
+    ArtifactWriteEvent,
+    Binding,
+    Constraint,
+    Contract,
+    Event,
+    MessageEvent,
+    Session,
+    StepEvent,
+    ToolCall,
+    ToolResultEvent,
+)
+from app.store.tables import ArtifactRow, EventRow, ManifestRow, PayloadRow, SessionRow
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- sessions -------------------------------------------------------------------------
+
+def session_from_row(row: SessionRow) -> Session:
+    contract = row.contract
+    return Session(
+        id=row.id,
+        profile=row.profile,
+        contract=Contract(
+            goal=contract["goal"],
+            constraints=tuple(Constraint(c["id"], c["text"]) for c in contract.get("constraints", [])),
+            contract_version=int(contract.get("contract_version", 1)),
+        ),
+        system=row.system,
+        tools=tuple(row.tools),
+        metadata=dict(row.meta or {}),
+    )
+
+
+def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
+                tools: list[dict[str, Any]], metadata: dict[str, Any]) -> SessionRow:
+    row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
+                     meta=metadata, last_seq=0, cut_seq=0)
+    db.add(row)
+    db.flush()
+    return row
+
+
+def get_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> SessionRow | None:
+    if lock:
+        # An UPDATE first takes the write lock on SQLite and the row lock on PostgreSQL, so
+        # concurrent batches of one session serialise instead of racing for seq numbers.
+        db.execute(update(SessionRow).where(SessionRow.id == session_id).values(last_seq=SessionRow.last_seq))
+        return db.execute(select(SessionRow).where(SessionRow.id == session_id).with_for_update()).scalar_one_or_none()
+    return db.get(SessionRow, session_id)
+
+
+# --- payloads -------------------------------------------------------------------------
+
+def put_payload(db: OrmSession, data: bytes) -> str:
+    """Store ``data`` once under its sha256 (hex); returns the handle."""
+    digest = sha256_hex(data)
+    values = {"sha256": digest, "size": len(data), "data": data}
+    dialect = db.get_bind().dialect.name
+    if dialect == "postgresql":
+        db.execute(pg_insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
+    elif dialect == "sqlite":
+        db.execute(sqlite_insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
+    elif db.get(PayloadRow, digest) is None:
+        db.add(PayloadRow(**values))
+        db.flush()
+    return digest
+
+
+def get_payload(db: OrmSession, handle: str) -> tuple[str, bytes] | None:
+    """The payload whose sha256 hex is ``handle`` or starts with it (unambiguous prefix).
+
+    Returns (full handle, bytes), or None. Raises LookupError on an ambiguous prefix."""
+    handle = handle.lower()
+    if len(handle) == 64:
+        row = db.get(PayloadRow, handle)
+        return (row.sha256, row.data) if row else None
+    rows = db.execute(select(PayloadRow.sha256).where(PayloadRow.sha256.startswith(handle, autoescape=True)).limit(2)).scalars().all()
+    if not rows:
+        return None
+    if len(rows) > 1:
+        raise LookupError(handle)
+    row = db.get(PayloadRow, rows[0])
+    assert row is not None
+    return row.sha256, row.data
+
+
+def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
+    wanted = sorted(set(handles))
+    out: dict[str, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        for sha, data in db.execute(select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(chunk))):
+            out[sha] = bytes(data).decode("utf-8")
+    return out
+
+
+# --- events ---------------------------------------------------------------------------
+
+def existing_events(db: OrmSession, session_id: str, event_ids: Sequence[str]) -> dict[str, EventRow]:
+    if not event_ids:
+        return {}
+    rows = db.execute(select(EventRow).where(EventRow.session_id == session_id, EventRow.event_id.in_(list(set(event_ids))))).scalars()
+    return {r.event_id: r for r in rows}
+
+
+def known_calls(db: OrmSession, session_id: str) -> tuple[set[str], set[str]]:
+    """(call ids declared by assistant messages, call ids that already have a result)."""
+    calls: set[str] = set()
+    answered: set[str] = set()
+    rows = db.execute(select(EventRow.kind, EventRow.body).where(EventRow.session_id == session_id,
+                                                                EventRow.kind.in_(["message", "tool_result"])))
+    for kind, body in rows:
+        if kind == "message":
+            calls.update(c["call_id"] for c in body.get("tool_calls") or [])
+        else:
+            answered.add(body["call_id"])
+    return calls, answered
+
+
+def append_event(db: OrmSession, *, session_id: str, seq: int, event_id: str, kind: str, body: dict[str, Any],
+                 body_sha256: str) -> EventRow:
+    row = EventRow(session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=body_sha256)
+    db.add(row)
+    return row
+
+
+def bump_artifact(db: OrmSession, session_id: str, artifact: str) -> int:
+    row = db.get(ArtifactRow, (session_id, artifact))
+    if row is None:
+        row = ArtifactRow(session_id=session_id, artifact=artifact, revision=0)
+        db.add(row)
+    row.revision += 1
+    db.flush()
+    return row.revision
+
+
+def artifact_revision(db: OrmSession, session_id: str, artifact: str) -> int:
+    row = db.get(ArtifactRow, (session_id, artifact))
+    return row.revision if row else 0
+
+
+def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
+    body = row.body
+    if row.kind == "message":
+        return MessageEvent(
+            seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",
+            handle=body["handle"], reasoning=body.get("reasoning"),
+            tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
+        )
+    if row.kind == "tool_result":
+        binding = body.get("binding")
+        return ToolResultEvent(
+            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
+            handle=body["handle"], exit_code=body.get("exit_code"),
+            binding=Binding(**binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+        )
+    if row.kind == "artifact_write":
+        return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
+                                  revision=body["revision"], content_hash=body.get("content_hash"))
+    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
+
+
+def load_events(db: OrmSession, session_id: str) -> list[Event]:
+    rows = db.execute(select(EventRow).where(EventRow.session_id == session_id).order_by(EventRow.seq)).scalars().all()
+    handles = [r.body["handle"] for r in rows if r.kind == "tool_result"]
+    payloads = get_payload_texts(db, handles)
+    return [event_from_row(r, payloads) for r in rows]
+
+
+def event_count(db: OrmSession, session_id: str) -> int:
+    return int(db.execute(select(func.count()).select_from(EventRow).where(EventRow.session_id == session_id)).scalar_one())
+
+
+# --- manifests ------------------------------------------------------------------------
+
+def add_manifest(db: OrmSession, *, session_id: str, fmt: str, last_seq: int, request_sha256: str, tokens_total: int,
+                 manifest: dict[str, Any]) -> int:
+    row = ManifestRow(session_id=session_id, format=fmt, last_seq=last_seq, request_sha256=request_sha256,
+                      tokens_total=tokens_total, manifest=manifest)
+    db.add(row)
+    db.flush()
+    return row.id
+
+
+def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
+    db.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.cut_seq < cut_seq).values(cut_seq=cut_seq))

