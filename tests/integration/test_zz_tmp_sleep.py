@@ -1,0 +1,3 @@
+import time
+def test_sleeps():
+    time.sleep(60)
