@@ -102,7 +102,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -569,10 +569,10 @@ class MistralTekken:
         kind: str,
         msg: Any,
         extra: str,
-        run: Any,
+        run: Callable[[], list[int]],
     ) -> list[int]:
         if cache is None:
-            return list(run())
+            return run()
         key = hashlib.sha256(
             f"{self.fingerprint}|{kind}|{extra}|{msg.model_dump_json()}".encode()
         ).hexdigest()

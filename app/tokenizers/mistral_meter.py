@@ -1,0 +1,86 @@
+"""TokenMeter for the ``mistral-tekken`` profile, on :mod:`app.tokenizers.mistral`.
+
+Zones come from the per-message segmenter (owner -1 framing and -2 tool block count to
+the root, message 1 to the trunk, later messages to the leaf). Roles are exact
+differences of whole encodes: tools = count - count without tools; system = count
+without tools - count without tools and without system text; task_state = the trunk
+zone less the system text v3 moves into it; observations = the rest (sums to total).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from functools import lru_cache
+from typing import Any, Mapping, MutableMapping
+
+from app.domain.layout import Conversation
+from app.domain.ports import Measurement
+from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
+from app.wire.openai import serialize
+
+
+class _BoundedDict(OrderedDict[str, list[int]]):
+    """An LRU-bounded mapping for the segmenter's per-message id cache."""
+
+    def __init__(self, max_items: int = 50_000) -> None:
+        super().__init__()
+        self.max_items = max_items
+
+    def __setitem__(self, key: str, value: list[int]) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.max_items:
+            self.popitem(last=False)
+
+
+class MistralMeter:
+    def __init__(self, tekken: MistralTekken) -> None:
+        self.tekken = tekken
+        self._raw = tekken.mistral.instruct_tokenizer.tokenizer
+        self._cache: MutableMapping[str, list[int]] = _BoundedDict()
+        self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
+        path = spec.get("path") or default_tekken_path(str(spec.get("file", "tekken_240718.json")))
+        return cls(load_tekken(str(path)))
+
+    def _count_text(self, text: str) -> int:
+        return len(self._raw.encode(text, bos=False, eos=False))
+
+    def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
+        ids = self._raw.encode(text, bos=False, eos=False)
+        if len(ids) <= head_tokens + tail_tokens:
+            return text, "", 0
+        head = self._raw.decode(ids[:head_tokens]) if head_tokens else ""
+        tail = self._raw.decode(ids[len(ids) - tail_tokens:]) if tail_tokens else ""
+        return head, tail, len(ids) - head_tokens - tail_tokens
+
+    def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        body = serialize(conversation, model="-", max_tokens=1)
+        return body["messages"], body.get("tools", [])
+
+    def measure(self, conversation: Conversation) -> Measurement:
+        messages, tools = self.messages(conversation)
+        _, warnings = self.tekken.to_mistral(messages, tools)
+        pieces = self.tekken.segments(messages, tools, cache=self._cache)
+        by_zone = {"root": 0, "trunk": 0, "leaf": 0}
+        ids: list[int] = []
+        for owner, piece in pieces:
+            ids.extend(piece)
+            zone = "root" if owner in (SEGMENT_FRAMING, SEGMENT_TOOLS, 0) else "trunk" if owner == 1 else "leaf"
+            by_zone[zone] += len(piece)
+        total = len(ids)
+        bare = sum(len(p) for _, p in self.tekken.segments(messages, [], cache=self._cache))
+        no_system = [dict(messages[0], content="")] + messages[1:]
+        bare_no_system = sum(len(p) for _, p in self.tekken.segments(no_system, [], cache=self._cache))
+        tools_tokens = total - bare
+        system_tokens = bare - bare_no_system
+        later_user = any(m["role"] == "user" for m in messages[2:])
+        task_state = by_zone["trunk"] - (0 if later_user else system_tokens)
+        by_role = {"system": system_tokens, "tools": tools_tokens, "task_state": task_state,
+                   "observations": total - system_tokens - tools_tokens - task_state}
+        return Measurement(total=total, by_zone=by_zone, by_role=by_role, warnings=tuple(warnings), ids=tuple(ids))
+
+
+__all__ = ["MistralMeter", "load_tekken"]

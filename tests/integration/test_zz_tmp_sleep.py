@@ -1,3 +1,0 @@
-import time
-def test_sleeps():
-    time.sleep(60)
