@@ -41,7 +41,7 @@ import sys
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 __all__ = [
     "CacheModel",
@@ -122,12 +122,12 @@ class CacheModel:
         """From a profile's ``cache`` table, e.g. ``{model = "vllm_blocks", block_size = 16}``
         (``model`` or ``kind`` names the kind). ValueError on unknown keys."""
         params = dict(table)
-        kind = params.pop("model", None) or params.pop("kind", "vllm_blocks")
+        kind = str(params.pop("model", None) or params.pop("kind", "vllm_blocks"))
         allowed = {"block_size", "min_tokens", "increment", "max_breakpoints"}
         unknown = set(params) - allowed
         if unknown:
             raise ValueError(f"unknown cache model parameters: {sorted(unknown)}")
-        return cls(kind, **{k: int(v) for k, v in params.items()})
+        return cls(cast(CacheKind, kind), **{k: int(v) for k, v in params.items()})
 
 
 def _chain(ids: Sequence[int], block_size: int) -> tuple[list[bytes], bytes | None, bytes]:

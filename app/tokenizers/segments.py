@@ -663,16 +663,16 @@ class SegmentEncoder:
                 out.append(tid)
                 status.append("added")
             else:
-                blob = blobs[k]
-                assert blob is not None
-                n = len(blob) >> 2
+                seg_blob = blobs[k]
+                assert seg_blob is not None
+                n = len(seg_blob) >> 2
                 if _BIG_ENDIAN:
                     tmp = array(_UINT32)
-                    tmp.frombytes(blob)
+                    tmp.frombytes(seg_blob)
                     tmp.byteswap()
                     out.extend(tmp)
                 else:
-                    out.frombytes(blob)
+                    out.frombytes(seg_blob)
                 if hit_key[k]:
                     hits += 1
                     hit_tokens += n

@@ -418,7 +418,8 @@ def test_redis_round_trip(hf_tok: Any, redis_url: str) -> None:
     seg = next(i for i, s in enumerate(first.status) if s == "miss")
     a, b = first.char_offsets[seg], first.char_offsets[seg + 1]
     key = enc.key(text[a:b])
-    assert unpack_ids(client.get(key)) == first.segment_tokens(seg)
+    raw = client.get(key)
+    assert isinstance(raw, bytes) and unpack_ids(raw) == first.segment_tokens(seg)
     assert 0 < client.ttl(key) <= 120
     # a tiered cache (local L1) fills from Redis, then serves without it
     l1 = LocalLRUCache(64 * 1024 * 1024)
