@@ -7,7 +7,8 @@ lost: the first user message is split into goal, constraints and remaining
 instructions, and :func:`reconstruct_first_user_message` puts it back together
 byte for byte.
 
-Pure functions over JSON values; standard library only.
+Pure functions over JSON values; standard library only, plus bashlex through
+:mod:`app.adapters.bash_effects` when bindings are inferred.
 
 Splitting the first user message (mini-swe-agent's ``instance_template``)
 -----------------------------------------------------------------------
@@ -32,6 +33,34 @@ Splitting the first user message (mini-swe-agent's ``instance_template``)
 
 Every constraint text and the goal are verbatim substrings of the first user
 message.
+
+Inferred bindings (``infer_bindings=True``)
+------------------------------------------
+Each ``bash`` call's command is interpreted by :mod:`app.adapters.bash_effects`
+(rules there), in session order, so a script written by ``cat > x.py <<EOF`` in
+one call is known when ``python x.py`` runs in a later one.
+
+* Every write becomes ``{"event_id": "m{i:04d}-w{j}", "kind": "artifact_write",
+  "artifact": path}``, ``i`` the index of the assistant message, ``j`` counting
+  that message's writes from 0. A call's writes are placed right before its
+  ``tool_result`` (so after the assistant message and after the results of
+  earlier calls of the same message); a call without a recorded result (the
+  final submit) has its writes right after the assistant message. Tree writes
+  (``git stash``, a patch of unknown text...) are expanded to the artifacts the
+  session has read or written so far under that directory. Writes are emitted
+  whether or not the command succeeded: a failing ``sed -i`` or a timed-out
+  script may still have written (seed 000 section 4.7.2).
+* The ``tool_result`` of a call that read files gets ``"binding": {"artifact",
+  "kind": "file", "range": "a:b" | None}`` for its first read; further reads go
+  to ``conditions["reads"] = [{"artifact", "range"}, ...]`` (the API takes one
+  binding per result). A binding (or read) carries ``"revision"`` only when the read ran
+  before a write of the same artifact by the same call (``cat f && sed -i .. f``):
+  then the revision the read saw is given explicitly (artifact revisions count
+  the session's writes from 0, as the server does); otherwise the server binds
+  to the current revision, which is the one the read saw.
+* Unparsed commands bind to nothing and write nothing.
+
+The default (``infer_bindings=False``) keeps the events exactly as recorded.
 """
 
 from __future__ import annotations
@@ -43,6 +72,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from app.adapters.bash_effects import CallEffects, SessionEffects, command_of
 
 __all__ = [
     "BASH_TOOL",
@@ -623,15 +654,88 @@ def _message_event(i: int, m: Mapping[str, Any]) -> dict[str, Any] | None:
     return None  # system, task message (part of the session), exit
 
 
-def trajectory_events(traj: Trajectory) -> list[dict[str, Any]]:
+def trajectory_events(traj: Trajectory, *, infer_bindings: bool = False) -> list[dict[str, Any]]:
     """All events of the trajectory in order (messages after the task message,
-    without the final ``exit`` message). ``event_id`` = ``m{index:04d}-{role}``."""
-    out = []
+    without the final ``exit`` message). ``event_id`` = ``m{index:04d}-{role}``.
+
+    With ``infer_bindings``, also the ``artifact_write`` events and the result
+    bindings inferred from each bash command (module docstring)."""
+    return [ev for _, ev in _indexed_events(traj, infer_bindings=infer_bindings)]
+
+
+def _indexed_events(traj: Trajectory, *, infer_bindings: bool) -> list[tuple[int, dict[str, Any]]]:
+    """Events paired with the index of the message they belong to (for batching
+    in :func:`replay_plan`), in posting order; message indexes never decrease."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    if not infer_bindings:
+        for i, m in enumerate(traj.messages):
+            ev = _message_event(i, m)
+            if ev is not None:
+                out.append((i, ev))
+        return out
+
+    session = SessionEffects()
+    answered = {m["tool_call_id"] for m in traj.messages if m["role"] == "tool"}
+    revisions: dict[str, int] = {}  # artifact -> writes emitted so far (the server's revision)
+    pending: dict[str, tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]] = {}
     for i, m in enumerate(traj.messages):
         ev = _message_event(i, m)
-        if ev is not None:
-            out.append(ev)
+        if ev is None:
+            continue
+        if m["role"] == "assistant":
+            out.append((i, ev))
+            j = 0
+            for tc in m.get("tool_calls") or []:
+                if tc["function"]["name"] != BASH_TOOL["function"]["name"]:
+                    continue
+                call = session.run(command_of(tc["function"]["arguments"]))
+                writes = [
+                    {"event_id": f"m{i:04d}-w{j + n}", "kind": "artifact_write", "artifact": artifact}
+                    for n, artifact in enumerate(call.written)
+                ]
+                j += len(writes)
+                binding, reads = _bindings(call, revisions)
+                for artifact in call.written:
+                    revisions[artifact] = revisions.get(artifact, 0) + 1
+                if tc["id"] in answered:
+                    pending[tc["id"]] = (writes, binding, reads)
+                else:
+                    out.extend((i, w) for w in writes)
+        elif m["role"] == "tool":
+            writes, binding, reads = pending.pop(m["tool_call_id"], ([], None, []))
+            out.extend((i, w) for w in writes)
+            if binding is not None:
+                ev["binding"] = binding
+            if reads:
+                ev["conditions"] = {**ev["conditions"], "reads": reads}
+            out.append((i, ev))
+        else:
+            out.append((i, ev))
     return out
+
+
+def _bindings(
+    call: CallEffects, revisions: Mapping[str, int]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """(binding of the first read, the other distinct reads) of one call.
+
+    ``revisions`` holds the artifacts' revisions before this call's writes; a
+    read followed by a write of the same artifact in this call carries the
+    revision it saw explicitly."""
+    entries: list[dict[str, Any]] = []
+    for r in call.effects.reads:
+        entry: dict[str, Any] = {"artifact": r.artifact, "range": r.range}
+        if r.writes_before < sum(1 for a in call.written if a == r.artifact):
+            entry["revision"] = revisions.get(r.artifact, 0) + r.writes_before
+        if entry not in entries:
+            entries.append(entry)
+    if not entries:
+        return None, []
+    first = entries[0]
+    binding = {"artifact": first["artifact"], "kind": "file", "range": first["range"]}
+    if "revision" in first:
+        binding["revision"] = first["revision"]
+    return binding, entries[1:]
 
 
 # --------------------------------------------------------------------------- plan + usage
@@ -660,14 +764,17 @@ def _provider_usage(m: Mapping[str, Any]) -> ProviderUsage | None:
     return ProviderUsage(prompt_tokens=prompt, prompt_cache_hit_tokens=hit, prompt_cache_miss_tokens=miss)
 
 
-def replay_plan(traj: Trajectory) -> tuple[Step, ...]:
+def replay_plan(traj: Trajectory, *, infer_bindings: bool = False) -> tuple[Step, ...]:
     """Ordered replay steps: ``ModelCall`` right before each assistant message,
     ``PostEvents`` with everything recorded between two calls (the assistant
-    message and its tool results, plus any user message), and a final
-    ``ModelCall(usage=None)`` when the trajectory ends with a failed call
-    (see :attr:`Trajectory.has_failed_final_call`)."""
+    message and its tool results, plus any user message; with
+    ``infer_bindings`` also the inferred artifact writes, see
+    :func:`trajectory_events`), and a final ``ModelCall(usage=None)`` when the
+    trajectory ends with a failed call (see :attr:`Trajectory.has_failed_final_call`)."""
     steps: list[Step] = []
     batch: list[dict[str, Any]] = []
+    events = _indexed_events(traj, infer_bindings=infer_bindings)
+    pos = 0
     k = 0
     for i, m in enumerate(traj.messages):
         if m["role"] == "assistant":
@@ -676,9 +783,9 @@ def replay_plan(traj: Trajectory) -> tuple[Step, ...]:
                 batch = []
             steps.append(ModelCall(index=k, usage=_provider_usage(m), message_index=i))
             k += 1
-        ev = _message_event(i, m)
-        if ev is not None:
-            batch.append(ev)
+        while pos < len(events) and events[pos][0] == i:
+            batch.append(events[pos][1])
+            pos += 1
     if batch:
         steps.append(PostEvents(events=tuple(batch)))
     if traj.has_failed_final_call:

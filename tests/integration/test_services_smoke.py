@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -21,14 +22,28 @@ def test_postgres_select_1() -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_url_fixture_gives_a_fresh_database(postgres_url: str) -> None:
+def test_postgres_url_fixture_is_a_database_of_its_own(postgres_url: str) -> None:
     from sqlalchemy import create_engine, text
 
     engine = create_engine(postgres_url)
     try:
-        with engine.begin() as conn:
+        with engine.connect() as conn:
             name = conn.execute(text("select current_database()")).scalar_one()
-            assert name != "ctxd_test" and name.startswith("ctxd_t_")
+    finally:
+        engine.dispose()
+    assert name != "ctxd_test" and name.startswith("ctxd_t_")
+
+
+@pytest.mark.postgres
+def test_postgres_database_factory_gives_an_empty_database(
+    postgres_database_factory: Callable[[], str],
+) -> None:
+    from sqlalchemy import create_engine, text
+
+    url = postgres_database_factory()
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
             tables = conn.execute(
                 text("select count(*) from information_schema.tables where table_schema = 'public'")
             ).scalar_one()
