@@ -34,7 +34,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upgrade_head(url)
         engine = make_engine(url)
         registry = ProfileRegistry(load_profiles(settings.profiles_path))
-        meter_registry = MeterRegistry()
+        token_cache = None
+        if settings.redis_url:
+            from app.tokenizers.segments import RedisTokenCache
+
+            token_cache = RedisTokenCache.from_url(
+                settings.redis_url, ttl_seconds=settings.redis_ttl_seconds,
+                timeout_seconds=settings.redis_timeout_seconds,
+                on_fallback=lambda reason: metrics.REDIS_FALLBACKS.labels(reason).inc())
+        else:
+            from app.tokenizers.segments import LocalLRUCache
+
+            token_cache = LocalLRUCache(settings.local_cache_bytes)
+        meter_registry = MeterRegistry(token_cache)
+        app.state.token_cache = token_cache
         app.state.settings = settings
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)

@@ -22,3 +22,26 @@ ELIDED_TOKENS = Counter(
     "ctxd_elided_tokens_total", "Payload tokens kept out of requests behind handles.", ["profile", "reason"]
 )
 EVENTS_APPENDED = Counter("ctxd_events_appended_total", "Events appended to session logs.", ["kind"])
+SEGMENT_CACHE = Counter(
+    "ctxd_segment_cache_total", "Segment-cache lookups of rendered text segments, by zone and result.",
+    ["profile", "zone", "result"],
+)
+PREDICTED_REUSED_TOKENS = Counter(
+    "ctxd_predicted_reused_tokens_total", "Prompt tokens predicted to hit the provider's prefix cache.", ["profile", "format"]
+)
+REUSE_RATIO = Histogram(
+    "ctxd_reuse_ratio", "Predicted cached tokens / request tokens, per assembled request.", ["profile", "format"],
+    buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 1.0),
+)
+BUDGET_OCCUPANCY = Histogram(
+    "ctxd_budget_occupancy_ratio", "Tokens of a budget role / input_limit, per assembled request (eq. 1).",
+    ["profile", "role"], buckets=(0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+)
+REDIS_FALLBACKS = Counter(
+    "ctxd_redis_fallbacks_total", "Segment-cache operations that fell back to local encoding (Redis down or slow).",
+    ["reason"],
+)
+TRUNK_REWRITES = Counter(
+    "ctxd_prefix_divergences_total", "Requests that did not extend the previous request of their session, by reason.",
+    ["profile", "zone"],
+)

@@ -11,13 +11,17 @@ from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
 from app.domain.errors import SessionNotFound, UnsupportedFormat
+from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
+from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.observability import metrics
 from app.store import repository as repo
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
+from app.wire import anthropic as anthropic_wire
 from app.wire import openai as openai_wire
+from app.wire import tokens as tokens_wire
 
-FORMATS = ("openai",)
+FORMATS = ("openai", "anthropic", "tokens")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class AssembledRequest:
     request: dict[str, Any]
     manifest: dict[str, Any]
     assembly: Assembly
+    reuse: ReuseReport | None = None
 
 
 def request_bytes(body: dict[str, Any]) -> bytes:
@@ -32,18 +37,93 @@ def request_bytes(body: dict[str, Any]) -> bytes:
     return orjson.dumps(body)
 
 
-def serialize(assembly: Assembly, profile: Profile, fmt: str) -> dict[str, Any]:
+def prompt_cache_key(session_id: str) -> str:
+    """A stable, opaque per-session key for OpenAI's ``prompt_cache_key``."""
+    return "ctxd-" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
+
+
+def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str) -> dict[str, Any]:
+    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat."""
+    conversation = assembly.conversation
     if fmt == "openai":
-        return openai_wire.serialize(assembly.conversation, model=profile.model, max_tokens=profile.output_reserve)
+        return openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+                                     prompt_cache_key=prompt_cache_key(session_id))
+    if fmt == "anthropic":
+        return anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
+    if fmt == "tokens":
+        m = assembly.measurement
+        text = m.extra.get("text") if isinstance(m.extra.get("text"), str) else None
+        return tokens_wire.serialize(m.ids or (), text, model=profile.model, max_tokens=profile.output_reserve)
     raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
+
+
+def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
+    """The profile's cache model; Anthropic bodies are cached only at their breakpoints."""
+    if fmt == "anthropic":
+        return CacheModel.anthropic(int(profile.cache.get("min_tokens", 1024)))
+    return CacheModel.from_profile(profile.cache)
+
+
+def _prefix_reuse(db: OrmSession, meters: MeterRegistry, session_id: str, fmt: str, profile: Profile,
+                  assembly: Assembly) -> tuple[ReuseReport, dict[str, Any]]:
+    m = assembly.measurement
+    ids = m.ids or ()
+    layout = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
+    model = cache_model_for(profile, fmt)
+    breakpoints: tuple[int, ...] = ()
+    if fmt == "anthropic":
+        breakpoints = tuple(sorted({b for b in (layout["root_end"], layout["trunk_end"], m.total) if 0 < b <= m.total}))
+    previous = repo.get_prefix_state(db, session_id, fmt)
+    prev_state = prev_layout = None
+    if previous is not None:
+        try:
+            prev_state = PrefixState.from_json(previous[0])
+            prev_layout = previous[1]
+        except (ValueError, KeyError):
+            prev_state = None
+    prev_ids = None
+    cache = meters.token_cache
+    key = f"ctxd:prev:{session_id}:{fmt}".encode()
+    if prev_state is not None and cache is not None:
+        from app.tokenizers.segments import pack_ids, unpack_ids
+
+        blob = cache.get_many([key])[0]
+        if blob is not None and len(blob) == 4 * prev_state.length:
+            prev_ids = unpack_ids(blob)
+    if prev_state is not None and prev_state.block_size != model.block_size:
+        prev_state = None
+    report = predict_reuse(prev_state, ids, model, breakpoints=breakpoints, prev_ids=prev_ids)
+    info: dict[str, Any] = {
+        "model": model.kind,
+        "block_size": model.block_size,
+        "predicted_cached_tokens": report.predicted_cached_tokens,
+        "uncached_tokens": m.total - report.predicted_cached_tokens,
+        "previous_tokens": report.previous_tokens,
+        "common_prefix_tokens": report.common_prefix_tokens,
+        "common_prefix_exact": report.common_prefix_exact,
+        "extends_previous": prev_state is not None and report.first_divergence_offset is None,
+    }
+    if breakpoints:
+        info["breakpoints"] = list(breakpoints)
+    if report.first_divergence_offset is not None and prev_layout is not None:
+        info["first_divergence"] = explain_divergence(prev_layout, layout, report.first_divergence_offset)
+        metrics.TRUNK_REWRITES.labels(profile.name, info["first_divergence"]["zone"]).inc()
+    repo.put_prefix_state(db, session_id, fmt, report.state.to_json(), layout)
+    if cache is not None:
+        from app.tokenizers.segments import pack_ids
+
+        cache.set_many({key: pack_ids(ids)})
+    return report, info
 
 
 def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
                      fmt: str = "openai") -> AssembledRequest:
-    """Assemble, count, persist the manifest and return the wire body.
+    """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
-    Returns the body for ``fmt`` and the manifest (tokens by zone and role, budget, items
-    with why and representation, elided items with handles and token counts).
+    Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
+    with why and representation, elided items with handles and token counts, and
+    ``cache`` (predicted cached tokens under the profile's cache model, previous request's
+    tokens, and where and why the prefix diverged when it did; seed 000 section 4.4.3).
 
     Raises:
         SessionNotFound (404), UnsupportedFormat (422), PinnedOverBudget (422): the root,
@@ -61,11 +141,13 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
                                render_reasoning=profile.render_reasoning)
-    body = serialize(assembly, profile, fmt)
+    body = serialize(assembly, profile, fmt, session_id=session_id)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement
+    reuse, cache_info = _prefix_reuse(db, meters, session_id, fmt, profile, assembly)
     elided_tokens = sum(int(e.get("tokens", 0)) for e in assembly.elided)
     capped_tokens = sum(int(i.get("elided_tokens", 0)) for i in assembly.items)
+    budget = assembly.budget
     manifest: dict[str, Any] = {
         "session_id": session_id,
         "profile": profile.name,
@@ -73,8 +155,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         "last_seq": row.last_seq,
         "request_sha256": digest,
         "tokens": {"total": m.total, "by_zone": dict(m.by_zone), "by_role": dict(m.by_role)},
-        "budget": assembly.budget.as_dict() | {"low_watermark": assembly.budget.eviction_target,
-                                                "role_limits": assembly.budget.role_limits()},
+        "budget": budget.as_dict() | {"low_watermark": budget.eviction_target, "role_limits": budget.role_limits()},
+        "cache": cache_info,
         "layout": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]",
                    "cut_seq": assembly.cut_seq, "evicted_now": assembly.evicted_now},
         "items": list(assembly.items),
@@ -82,14 +164,31 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         "elided_tokens": elided_tokens + capped_tokens,
         "layout_warnings": list(assembly.warnings),
     }
+    if fmt == "anthropic":
+        manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}
     manifest["id"] = repo.add_manifest(db, session_id=session_id, fmt=fmt, last_seq=row.last_seq, request_sha256=digest,
                                        tokens_total=m.total, manifest=manifest)
     repo.advance_cut(db, session_id, assembly.cut_seq)
+    _observe(profile, fmt, assembly, reuse, elided_tokens, capped_tokens)
+    return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
+
+
+def _observe(profile: Profile, fmt: str, assembly: Assembly, reuse: ReuseReport, elided: int, capped: int) -> None:
+    m = assembly.measurement
+    limit = assembly.budget.input_limit
     for role, tokens in m.by_role.items():
         metrics.ASSEMBLED_TOKENS.labels(profile.name, role).inc(tokens)
+        metrics.BUDGET_OCCUPANCY.labels(profile.name, role).observe(tokens / limit)
     metrics.REQUEST_TOKENS.labels(profile.name).observe(m.total)
-    if elided_tokens:
-        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(elided_tokens)
-    if capped_tokens:
-        metrics.ELIDED_TOKENS.labels(profile.name, "item_cap").inc(capped_tokens)
-    return AssembledRequest(request=body, manifest=manifest, assembly=assembly)
+    metrics.PREDICTED_REUSED_TOKENS.labels(profile.name, fmt).inc(reuse.predicted_cached_tokens)
+    metrics.REUSE_RATIO.labels(profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
+    segments = m.extra.get("segments")
+    if isinstance(segments, dict):
+        for zone, counts in segments.items():
+            for result in ("hits", "misses"):
+                if counts[result]:
+                    metrics.SEGMENT_CACHE.labels(profile.name, zone, result).inc(counts[result])
+    if elided:
+        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(elided)
+    if capped:
+        metrics.ELIDED_TOKENS.labels(profile.name, "item_cap").inc(capped)

@@ -200,3 +200,24 @@ def add_manifest(db: OrmSession, *, session_id: str, fmt: str, last_seq: int, re
 
 def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
     db.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.cut_seq < cut_seq).values(cut_seq=cut_seq))
+
+
+# --- prefix states --------------------------------------------------------------------
+
+def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    from app.store.tables import PrefixStateRow
+
+    row = db.get(PrefixStateRow, (session_id, fmt))
+    return (row.state, row.layout) if row else None
+
+
+def put_prefix_state(db: OrmSession, session_id: str, fmt: str, state: dict[str, Any], layout: dict[str, Any]) -> None:
+    from app.store.tables import PrefixStateRow
+
+    row = db.get(PrefixStateRow, (session_id, fmt))
+    if row is None:
+        db.add(PrefixStateRow(session_id=session_id, format=fmt, state=state, layout=layout))
+    else:
+        row.state = state
+        row.layout = layout
+    db.flush()

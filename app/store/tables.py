@@ -85,3 +85,16 @@ class ManifestRow(Base):
     tokens_total: Mapped[int] = mapped_column(Integer)
     manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PrefixStateRow(Base):
+    """Per session and wire format: the previous request's chained block hashes and the
+    leaf index used to explain where the next request diverges (issue: prefix reuse)."""
+
+    __tablename__ = "prefix_states"
+
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    format: Mapped[str] = mapped_column(String(16), primary_key=True)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    layout: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

@@ -45,12 +45,19 @@ def load_hf_tokenizer(path_or_id: str | Path) -> Any:
 
 
 class MeterRegistry:
-    """One TokenMeter per profile, loaded on first use (about 1 s each) and kept."""
+    """One TokenMeter per profile, loaded on first use (about 1 s each) and kept.
 
-    def __init__(self, encoder_factory: Any | None = None) -> None:
+    Args:
+        token_cache: the segment cache (Redis or the in-process LRU) shared by every
+            HF profile; None encodes without a cache (the benchmark's naive path).
+        segment_cache: False disables segment encoding altogether (plain encode).
+    """
+
+    def __init__(self, token_cache: Any | None = None, *, segment_cache: bool = True) -> None:
         self._meters: dict[str, TokenMeter] = {}
         self._lock = threading.Lock()
-        self._encoder_factory = encoder_factory
+        self.token_cache = token_cache
+        self.segment_cache = segment_cache
 
     def get(self, profile: Profile) -> TokenMeter:
         meter = self._meters.get(profile.name)
@@ -82,5 +89,11 @@ class MeterRegistry:
         from app.tokenizers.hf import HFChatMeter
 
         tokenizer = load_hf_tokenizer(source)
-        encode = self._encoder_factory(tokenizer) if self._encoder_factory else None
-        return HFChatMeter(tokenizer, encode=encode, render_reasoning=profile.render_reasoning)
+        encoder = None
+        if self.segment_cache:
+            from app.tokenizers.segments import LocalLRUCache, SegmentEncoder
+
+            cache = self.token_cache if self.token_cache is not None else LocalLRUCache(64 * 1024 * 1024)
+            encoder = SegmentEncoder.from_hf(tokenizer, cache=cache)
+        return HFChatMeter(tokenizer, encoder=encoder, render_reasoning=profile.render_reasoning,
+                           render_cache=str(spec.get("render_cache", "none")))

@@ -12,8 +12,10 @@ from typing import Any
 from app.domain.layout import Conversation
 
 
-def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dict[str, Any]:
-    """A body the chat-completions API accepts: model, max_tokens, messages, tools."""
+def serialize(conversation: Conversation, *, model: str, max_tokens: int,
+              prompt_cache_key: str | None = None) -> dict[str, Any]:
+    """A body the chat-completions API accepts: model, max_tokens, messages, tools and,
+    when given, ``prompt_cache_key`` (routes a session's requests to the same cache)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": conversation.system},
         {"role": "user", "content": conversation.trunk},
@@ -34,4 +36,6 @@ def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dic
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if conversation.tools:
         body["tools"] = [dict(t) for t in conversation.tools]
+    if prompt_cache_key:
+        body["prompt_cache_key"] = prompt_cache_key
     return body

@@ -48,7 +48,7 @@ def post_events(session_id: str, batch: EventBatch, uow: Uow) -> EventBatchOut:
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)
 def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
-                format: Annotated[str, Query(description="wire format: openai")] = "openai") -> AssembledRequest:
+                format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> AssembledRequest:
     """The next model request for ``format``, with its manifest (persisted)."""
     with uow() as db:
         out = request_service.assemble_request(db, profiles, meters, session_id, fmt=format)

@@ -1,0 +1,71 @@
+"""Explaining prefix divergence between consecutive requests of a session.
+
+Seed 000 section 4.4.3: reuse ends at the first changed token. ctxd keeps, per session
+and wire format, a compact layout digest of the previous request (zone hashes, zone
+token ends, the leaf's messages by seq and content hash) so that when a new request does
+not extend the previous one, the manifest can say where (zone, event seq, token offset)
+and why (eviction rewrote the trunk, the step moved, the template re-rendered a tail).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping
+
+from app.domain.layout import Conversation, LeafMessage
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def _leaf_key(m: LeafMessage) -> list[Any]:
+    body = [m.role, m.content, [[c.call_id, c.name, c.arguments] for c in m.tool_calls], m.call_id, m.reasoning]
+    return [m.seq, m.role, _sha(body)]
+
+
+def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int) -> dict[str, Any]:
+    """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index)."""
+    root_end = int(by_zone["root"])
+    return {
+        "root_sha": _sha([conversation.system, list(conversation.tools)]),
+        "trunk_sha": _sha(conversation.trunk),
+        "root_end": root_end,
+        "trunk_end": root_end + int(by_zone["trunk"]),
+        "cut_seq": cut_seq,
+        "leaf": [_leaf_key(m) for m in conversation.leaf],
+    }
+
+
+def explain_divergence(previous: Mapping[str, Any], current: Mapping[str, Any], offset: int) -> dict[str, Any]:
+    """``{zone, seq, token_offset, reason}`` for a request that diverges from the previous
+    one at token ``offset`` (tokens of the profile's tokenizer)."""
+    if offset < min(previous["root_end"], current["root_end"]) or previous["root_sha"] != current["root_sha"]:
+        return {"zone": "root", "seq": None, "token_offset": offset,
+                "reason": "root changed: system instructions or tool declarations differ"}
+    if offset < min(previous["trunk_end"], current["trunk_end"]) or previous["trunk_sha"] != current["trunk_sha"]:
+        if current["cut_seq"] > previous["cut_seq"]:
+            evicted = len({e[0] for e in previous["leaf"] if e[0] is not None and e[0] < current["cut_seq"]})
+            reason = (f"budget: trunk rewritten after evicting the oldest turn groups "
+                      f"({evicted} leaf messages moved behind handles, eq. 1)")
+        else:
+            reason = "trunk rewritten: the task contract or the elision note changed"
+        return {"zone": "trunk", "seq": None, "token_offset": offset, "reason": reason}
+    prev_leaf, cur_leaf = previous["leaf"], current["leaf"]
+    current_seqs = {e[0] for e in cur_leaf}
+    for i, entry in enumerate(prev_leaf):
+        if i >= len(cur_leaf) or cur_leaf[i] != entry:
+            seq, role = entry[0], entry[1]
+            if seq not in current_seqs:
+                reason = "leaf message removed (evicted)"
+            elif i == len(prev_leaf) - 1 and role == "user":
+                reason = "the next step stays last in the leaf: new events were placed before it"
+            elif i < len(cur_leaf) and cur_leaf[i][0] == seq:
+                reason = "leaf message re-rendered in place (a pending tool call got its result)"
+            else:
+                reason = "leaf order changed"
+            return {"zone": "leaf", "seq": seq, "token_offset": offset, "reason": reason}
+    return {"zone": "leaf", "seq": prev_leaf[-1][0] if prev_leaf else None, "token_offset": offset,
+            "reason": "chat template re-rendered the end of the previous request "
+                      "(e.g. its generation prompt, or consecutive tool results sharing one turn)"}

@@ -1,0 +1,92 @@
+"""Anthropic Messages API body from a Conversation.
+
+Order and shape: ``model``, ``max_tokens``, ``tools`` (name, description, input_schema),
+``system`` (the root's instructions as one text block), ``messages``: the trunk is
+messages[0], a user message; the leaf follows with strictly alternating user and
+assistant turns (consecutive tool results and a following user text merge into one user
+message, tool_result blocks first, each paired with the tool_use of the assistant turn
+before it); no empty text blocks. ``cache_control`` breakpoints (at most 4): the end of
+the root (the system block; the cached prefix covers tools + system), the end of the
+trunk, and the last block of the last leaf message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from app.domain.layout import Conversation
+
+EPHEMERAL = {"type": "ephemeral"}
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def tool_use_id(call_id: str) -> str:
+    """Anthropic tool_use ids match ``^[a-zA-Z0-9_-]+$``: kept when they do, else mapped
+    deterministically (``toolu_`` + 24 hex chars of sha256)."""
+    return call_id if _TOOL_ID.match(call_id) else "toolu_" + hashlib.sha256(call_id.encode()).hexdigest()[:24]
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """``tool_use.input`` must be an object: the parsed JSON object, else ``{"arguments": text}``."""
+    try:
+        value = json.loads(arguments)
+    except (TypeError, ValueError):
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": arguments}
+
+
+def _tools(conversation: Conversation) -> list[dict[str, Any]]:
+    out = []
+    for tool in conversation.tools:
+        fn = tool.get("function", tool)
+        decl: dict[str, Any] = {"name": fn["name"]}
+        if fn.get("description"):
+            decl["description"] = fn["description"]
+        decl["input_schema"] = fn.get("parameters") or {"type": "object", "properties": {}}
+        out.append(decl)
+    return out
+
+
+def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dict[str, Any]:
+    """A body ``anthropic.Anthropic().messages.create(**body)`` accepts."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": conversation.trunk}]}]
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+
+    for m in conversation.leaf:
+        if m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.content.strip():
+                blocks.append({"type": "text", "text": m.content})
+            for c in m.tool_calls:
+                blocks.append({"type": "tool_use", "id": tool_use_id(c.call_id), "name": c.name, "input": tool_input(c.arguments)})
+            add("assistant", blocks)
+        elif m.role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id(m.call_id or "")}
+            if m.content:
+                block["content"] = m.content
+            add("user", [block])
+        elif m.content.strip():
+            add("user", [{"type": "text", "text": m.content}])
+    # trunk breakpoint, then the last leaf block (the trunk's when the leaf is empty)
+    messages[0]["content"][-1]["cache_control"] = EPHEMERAL
+    if len(messages) > 1:
+        messages[-1]["content"][-1]["cache_control"] = EPHEMERAL
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+    if conversation.tools:
+        body["tools"] = _tools(conversation)
+    if conversation.system:
+        body["system"] = [{"type": "text", "text": conversation.system, "cache_control": EPHEMERAL}]
+    elif conversation.tools:
+        body["tools"][-1]["cache_control"] = EPHEMERAL
+    body["messages"] = messages
+    return body
