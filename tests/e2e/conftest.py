@@ -27,13 +27,12 @@ def postgres_client(postgres_url: str, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
-def qwen3_count() -> Callable[[dict[str, Any]], int]:
-    """Count an OpenAI body independently: the official Qwen3 tokenizer's apply_chat_template."""
+def qwen3_ids() -> Callable[[dict[str, Any]], list[int]]:
+    """Ids of an OpenAI body, independently: the official Qwen3 tokenizer's apply_chat_template."""
     tokenizer = load_hf_tokenizer(qwen3_tokenizer_dir())
 
-    def count(body: dict[str, Any]) -> int:
-        ids = tokenizer.apply_chat_template(openai_to_template_messages(body["messages"]), tools=body.get("tools"),
-                                            add_generation_prompt=True, tokenize=True, return_dict=False)
-        return len(ids)
+    def ids(body: dict[str, Any]) -> list[int]:
+        return list(tokenizer.apply_chat_template(openai_to_template_messages(body["messages"]), tools=body.get("tools"),
+                                                  add_generation_prompt=True, tokenize=True, return_dict=False))
 
-    return count
+    return ids

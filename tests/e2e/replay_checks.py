@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from app.adapters import miniswe
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "miniswe"
-TRACE_FILES = sorted(TRACES.glob("*.traj.json"))
+from tests.traces import TRACE_FILES
+from tests.traces import TRACES_DIR as TRACES
 
 
 @dataclass
@@ -24,11 +24,16 @@ class ReplayStats:
     requests_with_elision: int = 0
     max_tokens: int = 0
     totals: list[int] = field(default_factory=list)
+    divergences: int = 0
+    cached_tokens: int = 0
 
 
 def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
-                     count_body: Callable[[dict[str, Any]], int] | None = None) -> ReplayStats:
-    """Replay ``path``; for every request assert the DESIGN.md section 6 invariants."""
+                     template_ids: Callable[[dict[str, Any]], list[int]] | None = None) -> ReplayStats:
+    """Replay ``path``; for every request assert the DESIGN.md section 6 invariants.
+
+    With ``template_ids`` (OpenAI body -> ids of the official ``apply_chat_template``), the
+    ``tokens`` format's ids must equal them exactly and the manifest's total must too."""
     traj = miniswe.load_trajectory(path)
     create = miniswe.session_create_body(traj, profile=profile)
     r = client.post("/v1/sessions", json=create)
@@ -71,8 +76,22 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
             if handle in posted:
                 assert got.content == posted[handle], where
             checked.add(handle)
-        if count_body is not None:
-            assert count_body(body) == total, f"{where}: served count differs from apply_chat_template"
+        if template_ids is not None:
+            expected = template_ids(body)
+            assert len(expected) == total, f"{where}: served count differs from apply_chat_template"
+            tok = client.get(f"/v1/sessions/{sid}/request?format=tokens")
+            assert tok.status_code == 200, tok.text
+            assert tok.json()["request"]["prompt_token_ids"] == expected, f"{where}: segment ids differ"
+        cache = manifest["cache"]
+        if stats.requests and not cache["extends_previous"]:
+            # append-stable leaf: only a budget action may break the prefix on these traces
+            divergence = cache["first_divergence"]
+            assert divergence["zone"] == "trunk" and divergence["reason"].startswith("budget"), f"{where}: {divergence}"
+            assert manifest["layout"]["evicted_now"] > 0, where
+            stats.divergences += 1
+        elif stats.requests:
+            assert cache["predicted_cached_tokens"] >= cache["previous_tokens"] - 16, f"{where}: reuse lost"
+        stats.cached_tokens += cache["predicted_cached_tokens"]
         stats.requests += 1
         stats.tokens += total
         stats.totals.append(total)

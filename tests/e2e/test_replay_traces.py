@@ -19,20 +19,22 @@ def test_traces_present() -> None:
 
 
 @pytest.mark.parametrize("path", QUICK, ids=lambda p: p.name)
-def test_quick_replay_with_exact_counts(sqlite_client, qwen3_count, path) -> None:
-    stats = replay_and_check(sqlite_client, path, count_body=qwen3_count)
+def test_quick_replay_with_exact_counts(sqlite_client, qwen3_ids, path) -> None:
+    stats = replay_and_check(sqlite_client, path, template_ids=qwen3_ids)
     assert stats.requests == 16
 
 
 @pytest.mark.slow
-def test_replay_all_traces_sqlite(sqlite_client, qwen3_count) -> None:
+def test_replay_all_traces_sqlite(sqlite_client, qwen3_ids) -> None:
     """All 32 traces; the served count equals apply_chat_template on every request."""
-    all_stats = [replay_and_check(sqlite_client, p, count_body=qwen3_count) for p in TRACE_FILES]
+    all_stats = [replay_and_check(sqlite_client, p, template_ids=qwen3_ids) for p in TRACE_FILES]
     requests = sum(s.requests for s in all_stats)
     tokens = sum(s.tokens for s in all_stats)
     elided = sum(s.requests_with_elision for s in all_stats)
+    cached = sum(s.cached_tokens for s in all_stats)
     print(f"\n32 traces: {requests} requests, {tokens} request tokens, {elided} requests with elided turns, "
-          f"median {statistics.median(t for s in all_stats for t in s.totals)} tokens")
+          f"median {statistics.median(t for s in all_stats for t in s.totals)} tokens, predicted cached {cached} "
+          f"({cached / tokens:.3f}), prefix divergences {sum(s.divergences for s in all_stats)}")
     assert requests == 2498
     assert elided > 0, "the longest traces overflow 28,160 tokens: eviction must have run"
 

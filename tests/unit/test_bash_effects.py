@@ -29,7 +29,7 @@ from app.adapters.miniswe import (
     trajectory_events,
 )
 
-TRACES_DIR = Path("/work/shared/traces/miniswe")
+from tests.traces import TRACES_DIR
 TRACES = sorted(TRACES_DIR.glob("*.traj.json"))
 IDS = [p.name.removesuffix(".traj.json") for p in TRACES]
 

@@ -26,7 +26,7 @@ from app.adapters.miniswe import (
     transcript_messages,
 )
 
-TRACES_DIR = Path("/work/shared/traces/miniswe")
+from tests.traces import TRACES_DIR
 TRACES = sorted(TRACES_DIR.glob("*.traj.json"))
 IDS = [p.name.removesuffix(".traj.json") for p in TRACES]
 

@@ -41,7 +41,7 @@ from app.tokenizers.mistral import (
     map_tool_call_ids,
 )
 
-TRACES_DIR = Path(os.environ.get("CTXD_TRACES_DIR", "/work/shared/traces/miniswe"))
+from tests.traces import TRACES_DIR
 CHAT_TRACE = "pvlib__pvlib-python-1072__chat"  # assistant turns carry text + tool calls
 REASONER_TRACE = "pvlib__pvlib-python-1072__reasoner"  # assistant content is "" (reasoning kept aside)
 ID_RE = re.compile(r"^[a-zA-Z0-9]{9}$")

@@ -40,7 +40,7 @@ from app.tokenizers.segments import (
     unpack_ids,
 )
 
-TRACES_DIR = Path(os.environ.get("CTXD_TRACES_DIR", "/work/shared/traces/miniswe"))
+from tests.traces import TRACES_DIR
 FAST_TRACES = [
     "pvlib__pvlib-python-1072__reasoner.traj.json",
     "pvlib__pvlib-python-1707__reasoner.traj.json",
