@@ -146,3 +146,23 @@ def clean_redis(redis_url: str) -> str:
     finally:
         client.close()
     return redis_url
+
+
+# ---------------------------------------------------------------------------
+# The official Qwen3 tokenizer, as an independent oracle for exact counts
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def qwen3_ids() -> Callable[[dict], list[int]]:
+    """Ids of an OpenAI body, independently: the official Qwen3 tokenizer's apply_chat_template."""
+    from app.tokenizers.hf import openai_to_template_messages
+    from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
+
+    tokenizer = load_hf_tokenizer(qwen3_tokenizer_dir())
+
+    def ids(body: dict) -> list[int]:
+        return list(tokenizer.apply_chat_template(openai_to_template_messages(body["messages"]), tools=body.get("tools"),
+                                                  add_generation_prompt=True, tokenize=True, return_dict=False))
+
+    return ids
