@@ -1,4 +1,4 @@
-"""``ctxd`` command line: ``serve | migrate | replay`` (``eval`` and ``bench`` to come).
+"""``ctxd`` command line: ``serve | migrate | replay | bench`` (``eval`` to come).
 
 Every subcommand imports what it needs inside its handler, so ``ctxd --help``
 stays fast and does not load FastAPI, SQLAlchemy or tokenizers.
@@ -92,6 +92,35 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from app.adapters.miniswe import TrajectoryFormatError
+    from app.bench import BenchError, print_bench, print_summary, run_bench, run_summary, write_json
+    from app.domain.errors import TokenizerUnavailable, UnknownProfile
+
+    err = Console(stderr=True)
+    progress = not args.quiet
+    out: dict[str, object] = {}
+    try:
+        if not args.summary_only:
+            result = run_bench(args.trace, profile=args.profile, repeat=args.repeat, progress=progress)
+            print_bench(result)
+            out["bench"] = result
+        if args.summary or args.summary_only:
+            summary = run_summary(progress=progress)
+            print_summary(summary)
+            out["summary"] = summary
+    except (TrajectoryFormatError, OSError, BenchError, UnknownProfile, TokenizerUnavailable) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_BAD_INPUT
+    if args.out:
+        write_json(out, args.out)
+        err.print(f"figures written to {args.out}", highlight=False)
+    return EXIT_OK
+
+
 def _print_problem(console: Console, exc: ReplayProblem) -> None:
     """Print an RFC 9457 problem: status line, then title, detail, type, extensions."""
     from rich.markup import escape
@@ -146,7 +175,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout in seconds (default: %(default)s)")
     p.set_defaults(handler=_cmd_replay)
 
-    # Later issues add `eval` and `bench` here: sub.add_parser(...).set_defaults(handler=...).
+    p = sub.add_parser(
+        "bench",
+        help="time the GET path: warm segment cache, cold, naive apply_chat_template",
+        description=(
+            "Replay a trajectory in process (real service functions, SQLite in a temp dir) and time "
+            "every GET with a warm segment cache, a cold one and a naive full apply_chat_template per "
+            "measurement; print p50/p95 per request-size band and the targets. --summary adds "
+            "issue 2's figures over every shared trace (profile qwen3; several minutes)."
+        ),
+    )
+    p.add_argument("--trace", metavar="PATH", help="a *.traj.json (default: the largest shared trace, "
+                   "pylint-dev__astroid-1333__chat)")
+    p.add_argument("--profile", default="qwen3-128k", help="model profile (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=1, help="replays per mode (default: %(default)s)")
+    p.add_argument("--out", metavar="FILE.json", help="also write every figure as JSON")
+    p.add_argument("--summary", action="store_true",
+                   help="also: ctxd vs append-only transcript tokens over all shared traces (qwen3)")
+    p.add_argument("--summary-only", action="store_true", help="only the --summary figures")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_cmd_bench)
+
+    # Later issues add `eval` here: sub.add_parser(...).set_defaults(handler=...).
     return parser
 
 

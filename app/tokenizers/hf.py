@@ -153,7 +153,7 @@ class HFChatMeter:
                add_generation_prompt: bool = True) -> str:
         """The chat template's text for ``messages`` (same output as
         ``tokenizer.apply_chat_template(..., tokenize=False)``)."""
-        if self.render_cache != "placeholders":
+        if self.render_cache != "placeholders" or any("\ue000" in json.dumps(m, ensure_ascii=False) for m in messages):
             return str(self.tokenizer.apply_chat_template(
                 messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt, tokenize=False))
         contents: list[str] = []

@@ -1,0 +1,254 @@
+"""The context policies an evaluation compares, behind one interface.
+
+A :class:`Policy` starts a :class:`PolicyRun` per trajectory; the replay posts the
+recorded events to it in order and asks it for the request wherever the real agent called
+its model. Every run counts with the same profile meter (tokenizer + chat template) and
+predicts prefix reuse with the same cache model, so the numbers compare directly.
+
+* ``append``: the whole transcript as the agent sent it
+  (:func:`app.adapters.miniswe.transcript_messages`: the tool messages' recorded
+  ``content``, observation wrapper and 10k-character cuts included), rendered and counted
+  exactly with the profile's meter, prefix reuse by
+  :func:`app.domain.prefix.predict_reuse` across consecutive calls. The reference of eq. 9.
+* ``window``: the walking-skeleton policy, through the service functions the API uses
+  (:func:`app.services.sessions.create_session`, ``ingest_events``,
+  :func:`app.services.requests.assemble_request`) with the events exactly as recorded.
+* ``select``: ctxd's default pipeline through the same service path, fed the events with
+  inferred read bindings and artifact writes (``trajectory_events(infer_bindings=True)``).
+  Until compaction and invalidation land, the default pipeline is the window policy, so
+  ``select`` differs from ``window`` only by what it ingests (bindings and writes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol
+
+from app.adapters import miniswe
+from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
+from app.domain.prefix import CacheModel, PrefixState, predict_reuse
+
+__all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "RequestView", "ServicePolicy",
+           "get_policy"]
+
+
+@dataclass
+class EvalContext:
+    """What every policy run shares inside one process: the profile registry, one
+    MeterRegistry (tokenizers and the segment cache), and a SQLAlchemy session factory
+    on the evaluation's database."""
+
+    profiles: Any  # app.tokenizers.profiles.ProfileRegistry
+    meters: Any  # app.tokenizers.loading.MeterRegistry
+    session_factory: Any  # sqlalchemy.orm.sessionmaker
+    profile: str
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[Any]:
+        """One transaction, committed on success (as the API's unit of work)."""
+        with self.session_factory() as db:
+            try:
+                yield db
+                db.commit()
+            except BaseException:
+                db.rollback()
+                raise
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What the evaluation sees of one request (tokens of the profile's tokenizer).
+
+    ``messages`` and ``tools`` are the OpenAI chat-completions body; ``total``,
+    ``by_zone`` (root, trunk, leaf) and ``by_role`` (system, tools, task_state,
+    observations) are exact counts of the rendered request; ``cached`` is the cache
+    model's predicted cached tokens; ``handle_texts`` resolves the handles a text names
+    into their payloads (the checked read, ``GET /v1/handles``); ``error`` is set when the
+    policy could not build a request (e.g. the pinned content alone over ``input_limit``).
+    """
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    total: int
+    by_zone: dict[str, int]
+    by_role: dict[str, int]
+    cached: int
+    input_limit: int
+    handle_texts: Callable[[str], list[str]] = field(default=lambda text: [], repr=False)
+    error: str | None = None
+
+
+class PolicyRun(Protocol):
+    def post(self, events: Sequence[dict[str, Any]]) -> None:
+        """Ingest one batch of recorded events."""
+
+    def request(self, call: miniswe.ModelCall) -> RequestView:
+        """The request this policy sends at model call ``call``."""
+
+
+class Policy(Protocol):
+    name: str
+    infer_bindings: bool  # which events the replay posts to it
+
+    def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
+        """A run over one trajectory."""
+
+
+# --------------------------------------------------------------------------- append
+
+
+def transcript_conversation(messages: Sequence[dict[str, Any]]) -> Conversation:
+    """An OpenAI-format transcript (system, task, then the agent's turns) as a
+    :class:`Conversation`: root = system message + the bash tool, trunk = the task
+    message, leaf = the rest with contents exactly as recorded."""
+    leaf: list[LeafMessage] = []
+    names: dict[str, str] = {}
+    for m in messages[2:]:
+        role = m["role"]
+        if role == "assistant":
+            calls = tuple(LeafToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                          for c in m.get("tool_calls") or ())
+            names.update((c.call_id, c.name) for c in calls)
+            leaf.append(LeafMessage(role="assistant", content=m.get("content") or "", tool_calls=calls,
+                                    reasoning=m.get("reasoning_content")))
+        elif role == "tool":
+            call_id = m["tool_call_id"]
+            leaf.append(LeafMessage(role="tool", content=m["content"], call_id=call_id, name=names.get(call_id, "bash")))
+        else:
+            leaf.append(LeafMessage(role=role, content=m["content"]))
+    return Conversation(system=messages[0]["content"], tools=canonical_tools(miniswe.tool_declarations()),
+                        trunk=messages[1]["content"], leaf=tuple(leaf))
+
+
+class _AppendRun:
+    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext) -> None:
+        from app.services.requests import cache_model_for
+
+        self.traj = traj
+        self.profile = ctx.profiles.get(ctx.profile)
+        self.meter = ctx.meters.get(self.profile)
+        self.model: CacheModel = cache_model_for(self.profile, "openai")
+        self.prev_state: PrefixState | None = None
+        self.prev_ids: Sequence[int] | None = None
+
+    def post(self, events: Sequence[dict[str, Any]]) -> None:
+        return None  # the transcript is read from the trajectory itself
+
+    def request(self, call: miniswe.ModelCall) -> RequestView:
+        messages = miniswe.transcript_messages(self.traj, call.index)
+        conversation = transcript_conversation(messages)
+        m = self.meter.measure(conversation)
+        ids = m.ids or ()
+        report = predict_reuse(self.prev_state, ids, self.model, prev_ids=self.prev_ids)
+        self.prev_state, self.prev_ids = report.state, ids
+        return RequestView(messages=messages, tools=list(conversation.tools), total=m.total,
+                           by_zone=dict(m.by_zone), by_role=dict(m.by_role), cached=report.predicted_cached_tokens,
+                           input_limit=self.profile.budget.input_limit)
+
+
+@dataclass(frozen=True)
+class AppendPolicy:
+    """The whole transcript as the agent sent it (the eq. 9 reference)."""
+
+    name: str = "append"
+    infer_bindings: bool = False
+
+    def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
+        return _AppendRun(traj, ctx)
+
+
+# --------------------------------------------------------------------------- service path
+
+_HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{12,64}(?![0-9a-f])")
+
+
+class _ServiceRun:
+    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext) -> None:
+        from app.api.schemas import SessionCreate
+        from app.services import sessions as session_service
+
+        self.ctx = ctx
+        body = SessionCreate.model_validate(miniswe.session_create_body(traj, profile=ctx.profile))
+        with ctx.unit_of_work() as db:
+            self.session_id = session_service.create_session(
+                db, ctx.profiles, profile=body.profile or ctx.profile, contract=body.contract.model_dump(),
+                system=body.system, tools=[t.model_dump(exclude_none=True) for t in body.tools],
+                metadata=body.metadata)
+        self.input_limit = ctx.profiles.get(ctx.profile).budget.input_limit
+        self._handles: dict[str, str | None] = {}
+
+    def post(self, events: Sequence[dict[str, Any]]) -> None:
+        from app.api.schemas import EventBatch
+        from app.services import sessions as session_service
+
+        batch = EventBatch.model_validate({"events": list(events)})
+        with self.ctx.unit_of_work() as db:
+            session_service.ingest_events(db, self.session_id, [e.model_dump(mode="json") for e in batch.events])
+
+    def handle_texts(self, text: str) -> list[str]:
+        """Payloads of the handles ``text`` names (12 to 64 hex chars), via read_handle."""
+        from app.domain.errors import HandleNotFound
+        from app.services import sessions as session_service
+
+        out: list[str] = []
+        wanted = [h for h in dict.fromkeys(_HEX.findall(text)) if h not in self._handles]
+        if wanted:
+            with self.ctx.unit_of_work() as db:
+                for h in wanted:
+                    try:
+                        _, data, _ = session_service.read_handle(db, h)
+                        self._handles[h] = data.decode("utf-8", errors="replace")
+                    except HandleNotFound:
+                        self._handles[h] = None
+        for h in dict.fromkeys(_HEX.findall(text)):
+            payload = self._handles.get(h)
+            if payload is not None:
+                out.append(payload)
+        return out
+
+    def request(self, call: miniswe.ModelCall) -> RequestView:
+        from app.domain.errors import PinnedOverBudget
+        from app.services.requests import assemble_request
+
+        try:
+            with self.ctx.unit_of_work() as db:
+                out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai")
+        except PinnedOverBudget as exc:
+            return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
+                               input_limit=self.input_limit, error=str(exc))
+        manifest = out.manifest
+        tokens = manifest["tokens"]
+        return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
+                           total=int(tokens["total"]), by_zone=dict(tokens["by_zone"]), by_role=dict(tokens["by_role"]),
+                           cached=int(manifest["cache"]["predicted_cached_tokens"]),
+                           input_limit=int(manifest["budget"]["input_limit"]), handle_texts=self.handle_texts)
+
+
+@dataclass(frozen=True)
+class ServicePolicy:
+    """A policy served by ctxd itself: session, events and GET request through the
+    service functions of the API, on the evaluation's database."""
+
+    name: str
+    infer_bindings: bool
+
+    def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
+        return _ServiceRun(traj, ctx)
+
+
+POLICIES: dict[str, Policy] = {
+    "append": AppendPolicy(),
+    "window": ServicePolicy("window", infer_bindings=False),
+    "select": ServicePolicy("select", infer_bindings=True),
+}
+
+
+def get_policy(name: str) -> Policy:
+    """The policy called ``name``. Raises ValueError naming the known ones."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
