@@ -1,4 +1,4 @@
-"""``ctxd`` command line: ``serve | migrate | replay | bench`` (``eval`` to come).
+"""``ctxd`` command line: ``serve | migrate | replay | bench | eval``.
 
 Every subcommand imports what it needs inside its handler, so ``ctxd --help``
 stays fast and does not load FastAPI, SQLAlchemy or tokenizers.
@@ -121,6 +121,39 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import time
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from app.adapters.miniswe import TrajectoryFormatError
+    from app.domain.errors import TokenizerUnavailable, UnknownProfile
+    from app.eval.replay import run_eval
+    from app.eval.report import default_prices, profile_info, write_report
+
+    err = Console(stderr=True)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    start = time.perf_counter()
+    try:
+        info = profile_info(args.profile)
+        prices = default_prices(info, args.price_uncached, args.price_cached)
+        run = run_eval(args.paths, policies=policies, profile=args.profile, workers=args.workers,
+                       progress=not args.quiet)
+        results = write_report(run, args.out, prices=prices, info=info, plots=not args.no_plots)
+    except (TrajectoryFormatError, OSError, ValueError, UnknownProfile, TokenizerUnavailable) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_BAD_INPUT
+    elapsed = time.perf_counter() - start
+    for policy, entry in results["policies"].items():
+        t = entry["total"]
+        err.print(f"{policy:>7}: {t['input_tokens']:>12,} input tokens, reuse {100 * (t['reuse_ratio'] or 0):5.1f}%, "
+                  f"${t['cost_usd']:,.2f}, over limit {t['over_limit']}", highlight=False)
+    err.print(f"{run.calls_per_policy:,} model calls x {len(policies)} policies over {len(run.traces)} traces in "
+              f"{elapsed:.1f} s ({run.workers} worker(s)); report in {escape(str(args.out))}/report.md", highlight=False)
+    return EXIT_OK
+
+
 def _print_problem(console: Console, exc: ReplayProblem) -> None:
     """Print an RFC 9457 problem: status line, then title, detail, type, extensions."""
     from rich.markup import escape
@@ -196,7 +229,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=_cmd_bench)
 
-    # Later issues add `eval` here: sub.add_parser(...).set_defaults(handler=...).
+    p = sub.add_parser(
+        "eval",
+        help="replay trajectories in process under context policies and write a report",
+        description=(
+            "Replay mini-swe-agent trajectories in process (the API's service functions, no HTTP) under "
+            "each policy with the same tokenizer and cache model; write report.md, results.json, "
+            "calls.jsonl and PNG plots (seed 000 section 4.8)."
+        ),
+    )
+    p.add_argument("paths", nargs="+", help="*.traj.json files or folders holding them")
+    p.add_argument("--policies", default="append,window,select",
+                   help="comma-separated: append, window, select (default: %(default)s)")
+    p.add_argument("--profile", default="qwen3", help="model profile (default: %(default)s)")
+    p.add_argument("--out", default="ctxd-eval", help="output folder (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes; 1 = in this process (default: %(default)s)")
+    p.add_argument("--price-uncached", type=float, default=None, metavar="USD",
+                   help="USD per million uncached input tokens (default: the profile's, else 3.0)")
+    p.add_argument("--price-cached", type=float, default=None, metavar="USD",
+                   help="USD per million cached input tokens (default: the profile's, else 0.30)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_cmd_eval)
     return parser
 
 

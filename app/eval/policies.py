@@ -7,8 +7,9 @@ predicts prefix reuse with the same cache model, so the numbers compare directly
 
 * ``append``: the whole transcript as the agent sent it
   (:func:`app.adapters.miniswe.transcript_messages`: the tool messages' recorded
-  ``content``, observation wrapper and 10k-character cuts included), rendered and counted
-  exactly with the profile's meter, prefix reuse by
+  ``content``, observation wrapper and 10k-character cuts included, and the assistant
+  reasoning the reasoner traces resent), rendered with the profile's chat template and
+  tools and counted exactly on the profile's tokenizer and segment cache, prefix reuse by
   :func:`app.domain.prefix.predict_reuse` across consecutive calls. The reference of eq. 9.
 * ``window``: the walking-skeleton policy, through the service functions the API uses
   (:func:`app.services.sessions.create_session`, ``ingest_events``,
@@ -123,13 +124,30 @@ def transcript_conversation(messages: Sequence[dict[str, Any]]) -> Conversation:
                         trunk=messages[1]["content"], leaf=tuple(leaf))
 
 
+def as_sent_meter(meter: Any) -> Any:
+    """The profile's meter, rendering assistant reasoning the way the agent sent it: the
+    DeepSeek reasoner traces resent ``reasoning_content``, which the Qwen3 template
+    renders. For a Hugging Face meter that does not render reasoning, a sibling meter on
+    the same tokenizer and segment cache that does; any other meter as it is."""
+    from app.tokenizers.hf import HFChatMeter
+
+    if isinstance(meter, HFChatMeter) and not meter.render_reasoning:
+        sibling = getattr(meter, "_ctxd_eval_as_sent", None)
+        if sibling is None:
+            sibling = HFChatMeter(meter.tokenizer, encoder=meter.encoder, render_reasoning=True,
+                                  render_cache=meter.render_cache)
+            meter._ctxd_eval_as_sent = sibling  # one per process, like the meter itself
+        return sibling
+    return meter
+
+
 class _AppendRun:
     def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext) -> None:
         from app.services.requests import cache_model_for
 
         self.traj = traj
         self.profile = ctx.profiles.get(ctx.profile)
-        self.meter = ctx.meters.get(self.profile)
+        self.meter = as_sent_meter(ctx.meters.get(self.profile))
         self.model: CacheModel = cache_model_for(self.profile, "openai")
         self.prev_state: PrefixState | None = None
         self.prev_ids: Sequence[int] | None = None

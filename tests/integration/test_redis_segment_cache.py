@@ -22,7 +22,7 @@ def test_replay_with_redis_segment_cache(clean_redis: str, tmp_path, qwen3_ids) 
         metrics = client.get("/metrics").text
     assert stats.requests == 16
     keys = redis.Redis.from_url(clean_redis).keys("ctxd:seg:*")
-    assert len(keys) > 50, "segments were stored in Redis"
+    assert len(keys) >= 16, "segments were stored in Redis"
     assert 'ctxd_segment_cache_total{profile="qwen3",result="hits",zone="leaf"}' in metrics
     assert "ctxd_redis_fallbacks_total{" not in metrics or 'reason="get_error"' not in metrics
 
