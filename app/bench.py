@@ -11,7 +11,10 @@ profiles. At every point where the recorded agent called its model, one GET is t
 count, predict prefix reuse, persist the manifest) plus the ``commit``. Posting the
 events is not timed. Wall time, ``time.perf_counter``, one thread.
 
-Three ways of counting, each on its own session (identical requests: checked):
+Three ways of counting, each on its own session, replayed in lockstep: at every model
+call the three GETs run back to back (order rotating), so changing load on the machine
+hits the three alike. The served requests are checked identical (body bytes without the
+per-session ``prompt_cache_key``, token total and zones).
 
 * **warm**: the normal service path. One :class:`~app.tokenizers.segments.LocalLRUCache`
   (the embedded default segment cache) persists across the calls of the replay; it is
@@ -312,6 +315,12 @@ def _body_digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(request_bytes({k: v for k, v in body.items() if k != "prompt_cache_key"})).hexdigest()
 
 
+def _record(step: Any, seconds: float, out: Any) -> CallRecord:
+    m = out.manifest
+    return CallRecord(call=step.index, tokens=int(m["tokens"]["total"]), by_zone=dict(m["tokens"]["by_zone"]),
+                      seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m["elided"]))
+
+
 def replay(h: Harness, traj: Any, meters: Any, profile: str, *, before_get: Callable[[str], None] | None = None,
            after_get: Callable[[Any], None] | None = None, limit: int | None = None,
            advance: Callable[[], None] | None = None) -> list[CallRecord]:
@@ -329,9 +338,7 @@ def replay(h: Harness, traj: Any, meters: Any, profile: str, *, before_get: Call
             if before_get is not None:
                 before_get(sid)
             seconds, out = h.timed_get(meters, sid)
-            m = out.manifest
-            records.append(CallRecord(call=step.index, tokens=int(m["tokens"]["total"]), by_zone=dict(m["tokens"]["by_zone"]),
-                                      seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m["elided"])))
+            records.append(_record(step, seconds, out))
             if after_get is not None:
                 after_get(out)
             if advance is not None:
@@ -439,7 +446,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
             return run_bench(trace, profile=profile, repeat=repeat, progress=progress,
                              template_reference=template_reference, h=own)
 
-    from app.adapters.miniswe import ModelCall, load_trajectory, replay_plan
+    from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
     from app.tokenizers.hf import openai_to_template_messages
     from app.tokenizers.segments import LocalLRUCache
 
@@ -471,34 +478,46 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
     template_s: list[dict[int, float]] = []
     template_mismatch: list[int] = []
 
+    # Lockstep: one session per mode, the plan walked once per repetition; at each model
+    # call the three GETs run back to back (order rotating), so load on the machine that
+    # changes over the run affects the three modes alike.
     with _Bar(progress) as bar:
-        advance = bar.task(f"{path.name} ({profile}): {repeat} x warm, cold, naive", 3 * repeat * n_calls)
-        for r in range(repeat):
+        advance = bar.task(f"{path.name} ({profile}): {repeat} x (warm, cold, naive)", repeat * n_calls)
+        for _ in range(repeat):
             for mode in MODES:
                 reset(mode)
-                registry = registries[mode]
-                before: Callable[[str], None] | None = None
-                after: Callable[[Any], None] | None = None
-                if mode == "cold":
-                    def before(sid: str, registry: Any = registry, mode: str = mode) -> None:
-                        keep = [f"ctxd:prev:{sid}:openai".encode()]
-                        _clear_segments(registry.token_cache, keep)
+            sids = {mode: h.create_session(session_create_body(traj, profile=profile)) for mode in MODES}
+            runs: dict[str, list[CallRecord]] = {mode: [] for mode in MODES}
+            times: dict[int, float] = {}
+            order = list(MODES)
+            for step in replay_plan(traj):
+                if isinstance(step, PostEvents):
+                    for mode in MODES:
+                        h.post_events(sids[mode], step.events)
+                    continue
+                if not isinstance(step, ModelCall):
+                    continue
+                for mode in order:
+                    if mode == "cold":
+                        _clear_segments(registries[mode].token_cache, [f"ctxd:prev:{sids[mode]}:openai".encode()])
                         _reset_meter(meters[mode])
-                if mode == "warm" and template_reference:
-                    times: dict[int, float] = {}
-                    template_s.append(times)
-
-                    def after(out: Any, times: dict[int, float] = times) -> None:
+                    seconds, out = h.timed_get(registries[mode], sids[mode])
+                    runs[mode].append(_record(step, seconds, out))
+                    if mode == "warm" and template_reference:
                         body = out.request
                         msgs = openai_to_template_messages(body["messages"])
                         t0 = time.perf_counter()
                         ids = tokenizer.apply_chat_template(msgs, tools=body.get("tools"), add_generation_prompt=True,
                                                             tokenize=True, return_dict=False)
-                        times[len(times)] = time.perf_counter() - t0
+                        times[len(runs[mode]) - 1] = time.perf_counter() - t0
                         if len(ids) != out.manifest["tokens"]["total"]:
-                            template_mismatch.append(len(times) - 1)
-                per_mode[mode].append(replay(h, traj, registry, profile, before_get=before, after_get=after,
-                                             advance=advance))
+                            template_mismatch.append(len(runs[mode]) - 1)
+                order = order[1:] + order[:1]
+                advance()
+            for mode in MODES:
+                per_mode[mode].append(runs[mode])
+            if template_reference:
+                template_s.append(times)
 
     # Checks: the three ways serve the same requests with the same counts.
     reference = per_mode["warm"][0]

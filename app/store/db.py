@@ -10,18 +10,26 @@ from sqlalchemy.orm import sessionmaker
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for ``url``. SQLite gets WAL, foreign keys and a 30 s busy timeout, and is
-    shared across the server's worker threads."""
+    """An engine for ``url``. SQLite gets WAL, foreign keys and a 30 s busy timeout, is
+    shared across the server's worker threads, and starts every transaction with
+    ``BEGIN IMMEDIATE``: a read that later writes (GET persists its manifest) would
+    otherwise fail at once with "database is locked" when another writer committed
+    after its snapshot; IMMEDIATE makes concurrent requests wait their turn instead."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # let the "begin" hook below issue BEGIN
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **kwargs)

@@ -214,10 +214,12 @@ def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[st
 def put_prefix_state(db: OrmSession, session_id: str, fmt: str, state: dict[str, Any], layout: dict[str, Any]) -> None:
     from app.store.tables import PrefixStateRow
 
-    row = db.get(PrefixStateRow, (session_id, fmt))
-    if row is None:
-        db.add(PrefixStateRow(session_id=session_id, format=fmt, state=state, layout=layout))
-    else:
-        row.state = state
-        row.layout = layout
-    db.flush()
+    from app.store.tables import utcnow
+
+    values = {"session_id": session_id, "format": fmt, "state": state, "layout": layout, "updated_at": utcnow()}
+    dialect = db.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    # an upsert: two concurrent GETs of one session must not collide on the primary key
+    statement = insert(PrefixStateRow).values(**values)
+    db.execute(statement.on_conflict_do_update(index_elements=["session_id", "format"],
+                                               set_={"state": state, "layout": layout, "updated_at": values["updated_at"]}))
