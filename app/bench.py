@@ -688,7 +688,7 @@ def _console(file: TextIO | None) -> Any:
 
     console = Console(file=file)
     if not console.is_terminal:
-        console = Console(file=file, width=160)
+        console = Console(file=file, width=200)
     return console
 
 
@@ -749,8 +749,8 @@ def print_summary(summary: dict[str, Any], *, file: TextIO | None = None) -> Non
                     f"(input limit {tot['input_limit']:,})", box=box.SIMPLE_HEAD,
               caption="tokens summed over every model call; transcript = what the agent sent, rendered with the "
                       "same template + bash tool, counted exactly")
-    for c in ("trace", "calls", "ctxd", "transcript", "ctxd/transcript", "elided reqs", "max ctxd", "max transcript",
-              "transcript > limit"):
+    for c in ("trace", "calls", "ctxd", "transcript", "ratio", "elided reqs", "max ctxd", "max transcr.",
+              "transcr. > limit"):
         t.add_column(c, justify="right" if c != "trace" else "left", no_wrap=True)
     for r in summary["traces"]:
         t.add_row(r["trace"].removesuffix(".traj.json"), str(r["calls"]), f"{r['ctxd_tokens']:,}",

@@ -130,17 +130,19 @@ class CacheModel:
         return cls(cast(CacheKind, kind), **{k: int(v) for k, v in params.items()})
 
 
-def _chain(ids: Sequence[int], block_size: int) -> tuple[list[bytes], bytes | None, bytes]:
+def _chain(ids: Sequence[int], block_size: int, reuse: Sequence[bytes] = ()) -> tuple[list[bytes], bytes | None, bytes]:
     """Full-block chained digests, the digest of the trailing partial block (None if
-    none), and the packed ids."""
+    none), and the packed ids. ``reuse``: digests known to be this chain's first blocks
+    (the previous request's, up to the common prefix); only later blocks are hashed."""
     packed = _pack(ids)
     step = 4 * block_size
     n_full = len(ids) // block_size
     mv = memoryview(packed)
-    out: list[bytes] = []
-    parent = ROOT
+    start = min(len(reuse), n_full)
+    out: list[bytes] = list(reuse[:start])
+    parent = out[-1] if out else ROOT
     sha = hashlib.sha256
-    for i in range(n_full):
+    for i in range(start, n_full):
         parent = sha(parent + mv[i * step : (i + 1) * step]).digest()
         out.append(parent)
     tail = sha(parent + mv[n_full * step :]).digest() if len(ids) % block_size else None
@@ -228,6 +230,7 @@ class ReuseReport:
     predicted_cached_tokens: int
     breakpoints: tuple[int, ...]
     state: PrefixState = field(repr=False)
+    chain: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def uncached_tokens(self) -> int:
@@ -244,10 +247,27 @@ def _check_breakpoints(breakpoints: Sequence[int], n: int, model: CacheModel) ->
     return bps
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id sequences (packed, compared 4 KiB at a
+    time: the comparisons run in C)."""
+    pa = a.tobytes() if isinstance(a, array) else _pack(a)
+    pb = b.tobytes() if isinstance(b, array) else _pack(b)
+    n = min(len(pa), len(pb))
+    i, step = 0, 4096
+    while i < n and pa[i : i + step] == pb[i : i + step]:
+        i += step
+    if i >= n:
+        return n // 4
+    j = i
+    while j < n and pa[j] == pb[j]:
+        j += 1
+    return j // 4
+
+
 def _state(
-    ids: Sequence[int], block_size: int, bps: tuple[int, ...]
+    ids: Sequence[int], block_size: int, bps: tuple[int, ...], reuse: Sequence[bytes] = ()
 ) -> tuple[PrefixState, list[bytes], bytes, dict[int, bytes]]:
-    chain, tail, packed = _chain(ids, block_size)
+    chain, tail, packed = _chain(ids, block_size, reuse)
     bp_digests = {b: _prefix_digest(chain, packed, block_size, b) for b in bps}
     state = PrefixState(
         length=len(ids),
@@ -271,6 +291,7 @@ def predict_reuse(
     *,
     breakpoints: Sequence[int] = (),
     prev_ids: Sequence[int] | None = None,
+    prev_chain: Sequence[bytes] | None = None,
 ) -> ReuseReport:
     """Predict the cached tokens of request ``ids`` given the previous request's state.
 
@@ -293,7 +314,12 @@ def predict_reuse(
     n = len(ids)
     bs = model.block_size
     bps = _check_breakpoints(breakpoints, n, model)
-    state, chain, packed, bp_digests = _state(ids, bs, bps)
+    reuse: Sequence[bytes] = ()
+    if prev is not None and prev_ids is not None and prev_chain is not None and len(prev_ids) == prev.length \
+            and prev.block_size == bs and len(prev_chain) == prev.length // bs:
+        # the previous request's full digests (kept by the caller) cover the common prefix
+        reuse = prev_chain[: common_prefix_length(ids, prev_ids) // bs]
+    state, chain, packed, bp_digests = _state(ids, bs, bps, reuse)
 
     if prev is None or prev.block_size != bs:
         # no previous request (or a profile change of block size): nothing to reuse
@@ -308,6 +334,7 @@ def predict_reuse(
             predicted_cached_tokens=0,
             breakpoints=bps,
             state=state,
+            chain=tuple(chain),
         )
 
     p = prev.length
@@ -321,10 +348,7 @@ def predict_reuse(
     if prev_ids is not None:
         if len(prev_ids) != p:
             raise ValueError(f"prev_ids has {len(prev_ids)} tokens, previous state {p}")
-        common = m * bs
-        limit = min(n, p)
-        while common < limit and ids[common] == prev_ids[common]:
-            common += 1
+        common = m * bs + common_prefix_length(ids[m * bs : m * bs + bs], prev_ids[m * bs : m * bs + bs])
         exact = True
         extends = common == p
     else:
@@ -374,4 +398,5 @@ def predict_reuse(
         predicted_cached_tokens=predicted,
         breakpoints=bps,
         state=state,
+        chain=tuple(chain),
     )

@@ -21,8 +21,12 @@ def _sha(value: Any) -> str:
 
 
 def _leaf_key(m: LeafMessage) -> list[Any]:
-    body = [m.role, m.content, [[c.call_id, c.name, c.arguments] for c in m.tool_calls], m.call_id, m.reasoning]
-    return [m.seq, m.role, _sha(body)]
+    digest = hashlib.sha256()
+    for part in (m.role, m.content, m.call_id or "", m.reasoning or "",
+                 *(f"{c.call_id}\x1f{c.name}\x1f{c.arguments}" for c in m.tool_calls)):
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x1e")
+    return [m.seq, m.role, digest.hexdigest()[:16]]
 
 
 def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from app.domain.errors import SessionNotFound, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.observability import metrics
+from app.services.memo import AssemblyMemo, memo_of
 from app.store import repository as repo
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
@@ -64,7 +65,7 @@ def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
     return CacheModel.from_profile(profile.cache)
 
 
-def _prefix_reuse(db: OrmSession, meters: MeterRegistry, session_id: str, fmt: str, profile: Profile,
+def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, profile: Profile,
                   assembly: Assembly) -> tuple[ReuseReport, dict[str, Any]]:
     m = assembly.measurement
     ids = m.ids or ()
@@ -81,18 +82,13 @@ def _prefix_reuse(db: OrmSession, meters: MeterRegistry, session_id: str, fmt: s
             prev_layout = previous[1]
         except (ValueError, KeyError):
             prev_state = None
-    prev_ids = None
-    cache = meters.token_cache
-    key = f"ctxd:prev:{session_id}:{fmt}".encode()
-    if prev_state is not None and cache is not None:
-        from app.tokenizers.segments import pack_ids, unpack_ids
-
-        blob = cache.get_many([key])[0]
-        if blob is not None and len(blob) == 4 * prev_state.length:
-            prev_ids = unpack_ids(blob)
+    prev_ids = prev_chain = None
+    remembered = memo.previous_request(session_id, fmt)
+    if prev_state is not None and remembered is not None and len(remembered[0]) == prev_state.length:
+        prev_ids, prev_chain = remembered
     if prev_state is not None and prev_state.block_size != model.block_size:
         prev_state = None
-    report = predict_reuse(prev_state, ids, model, breakpoints=breakpoints, prev_ids=prev_ids)
+    report = predict_reuse(prev_state, ids, model, breakpoints=breakpoints, prev_ids=prev_ids, prev_chain=prev_chain)
     info: dict[str, Any] = {
         "model": model.kind,
         "block_size": model.block_size,
@@ -109,10 +105,7 @@ def _prefix_reuse(db: OrmSession, meters: MeterRegistry, session_id: str, fmt: s
         info["first_divergence"] = explain_divergence(prev_layout, layout, report.first_divergence_offset)
         metrics.TRUNK_REWRITES.labels(profile.name, info["first_divergence"]["zone"]).inc()
     repo.put_prefix_state(db, session_id, fmt, report.state.to_json(), layout)
-    if cache is not None:
-        from app.tokenizers.segments import pack_ids
-
-        cache.set_many({key: pack_ids(ids)})
+    memo.remember_request(session_id, fmt, ids, report.chain)
     return report, info
 
 
@@ -137,14 +130,15 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     session = repo.session_from_row(row)
     profile = profiles.get(session.profile)
     meter = meters.get(profile)
-    events = repo.load_events(db, session_id)
+    memo = memo_of(meters)
+    events = memo.events(db, session_id, row.last_seq)
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
                                render_reasoning=profile.render_reasoning)
     body = serialize(assembly, profile, fmt, session_id=session_id)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement
-    reuse, cache_info = _prefix_reuse(db, meters, session_id, fmt, profile, assembly)
+    reuse, cache_info = _prefix_reuse(db, memo, session_id, fmt, profile, assembly)
     elided_tokens = sum(int(e.get("tokens", 0)) for e in assembly.elided)
     capped_tokens = sum(int(i.get("elided_tokens", 0)) for i in assembly.items)
     budget = assembly.budget

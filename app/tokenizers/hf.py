@@ -85,6 +85,15 @@ def openai_to_template_messages(messages: Sequence[dict[str, Any]]) -> list[dict
     return out
 
 
+def _marked(message: dict[str, Any]) -> bool:
+    """Whether any string of ``message`` contains the placeholder marker."""
+    for key in ("content", "reasoning_content"):
+        value = message.get(key)
+        if isinstance(value, str) and ("\ue000" in value or "\ue001" in value):
+            return True
+    return any("\ue000" in json.dumps(c, ensure_ascii=False) for c in message.get("tool_calls") or ())
+
+
 def inert(role: str, content: str) -> bool:
     """Whether a ChatML-family template (Qwen3) only concatenates ``content`` of ``role``:
     then a placeholder renders identically once substituted back."""
@@ -120,10 +129,25 @@ class HFChatMeter:
         self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
         self._heads: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._heads_lock = Lock()
+        self._template = self._compile(tokenizer) if render_cache == "placeholders" else None
+        self._special = dict(tokenizer.special_tokens_map)
+
+    @staticmethod
+    def _compile(tokenizer: Any) -> Any:
+        """The chat template compiled in a plain (non-sandboxed) jinja environment with the
+        same options, filters and globals as transformers' sandboxed one. Used only for the
+        bundled template the profile trusts (``render_cache = "placeholders"``): the
+        sandbox's attribute checks cost most of a render (tests compare both renders)."""
+        import jinja2
         from transformers.utils.chat_template_utils import _compile_jinja_template
 
-        self._template = _compile_jinja_template(tokenizer.chat_template)
-        self._special = dict(tokenizer.special_tokens_map)
+        sandboxed = _compile_jinja_template(tokenizer.chat_template).environment
+        env = jinja2.Environment(trim_blocks=sandboxed.trim_blocks, lstrip_blocks=sandboxed.lstrip_blocks,
+                                 keep_trailing_newline=sandboxed.keep_trailing_newline,
+                                 extensions=[jinja2.ext.loopcontrols])
+        env.filters.update(sandboxed.filters)
+        env.globals.update(sandboxed.globals)
+        return env.from_string(tokenizer.chat_template)
 
     # -- text-level --------------------------------------------------------------------
 
@@ -153,7 +177,7 @@ class HFChatMeter:
                add_generation_prompt: bool = True) -> str:
         """The chat template's text for ``messages`` (same output as
         ``tokenizer.apply_chat_template(..., tokenize=False)``)."""
-        if self.render_cache != "placeholders" or any("\ue000" in json.dumps(m, ensure_ascii=False) for m in messages):
+        if self._template is None or any(_marked(m) for m in messages):
             return str(self.tokenizer.apply_chat_template(
                 messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt, tokenize=False))
         contents: list[str] = []

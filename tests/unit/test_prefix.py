@@ -244,3 +244,18 @@ def test_cache_model_from_profile() -> None:
     none = CacheModel("none")
     prev = predict_reuse(None, _ids(100), none).state
     assert predict_reuse(prev, _ids(100), none).predicted_cached_tokens == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=0, max_size=200), st.lists(st.integers(0, 50), max_size=80),
+       st.integers(0, 220), st.sampled_from([1, 4, 16]))
+def test_incremental_chain_equals_full(prev_ids: list[int], tail: list[int], cut: int, block: int) -> None:
+    """Reusing the previous request's digests over the common prefix changes nothing."""
+    from app.domain.prefix import CacheModel, predict_reuse
+
+    model = CacheModel.vllm_blocks(block)
+    first = predict_reuse(None, prev_ids, model)
+    ids = prev_ids[: min(cut, len(prev_ids))] + tail
+    full = predict_reuse(first.state, ids, model, prev_ids=prev_ids)
+    fast = predict_reuse(first.state, ids, model, prev_ids=prev_ids, prev_chain=first.chain)
+    assert fast == full and fast.state == full.state and fast.chain == full.chain

@@ -1,0 +1,75 @@
+"""Process-local memo of per-session work that only grows (events are append-only).
+
+* events: a session's parsed events up to a seq; the next GET fetches only later rows.
+* prefix: the previous request's ids and full chained block digests per (session,
+  format), so prefix-reuse prediction hashes only the new blocks and gives the exact
+  divergence offset.
+
+Everything here is an optimisation: on a miss (another worker, a restart) the service
+reads the database and hashes everything, with identical results.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session as OrmSession
+
+from app.domain.types import Event
+from app.store import repository as repo
+from app.store.tables import EventRow
+
+
+class AssemblyMemo:
+    def __init__(self, max_sessions: int = 512) -> None:
+        self.max_sessions = max_sessions
+        self._events: OrderedDict[str, tuple[int, list[Event]]] = OrderedDict()
+        self._prefix: OrderedDict[tuple[str, str], tuple[tuple[int, ...], tuple[bytes, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _put(self, table: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        with self._lock:
+            table[key] = value
+            table.move_to_end(key)
+            while len(table) > self.max_sessions:
+                table.popitem(last=False)
+
+    def events(self, db: OrmSession, session_id: str, last_seq: int) -> list[Event]:
+        """The session's events up to ``last_seq`` (the session row's, read in this
+        transaction), fetching only rows newer than the memo's."""
+        with self._lock:
+            known = self._events.get(session_id)
+        if known is None or known[0] > last_seq:
+            events = [e for e in repo.load_events(db, session_id) if e.seq <= last_seq]
+        else:
+            seen, cached = known
+            if seen == last_seq:
+                return list(cached)
+            rows = db.execute(select(EventRow).where(EventRow.session_id == session_id, EventRow.seq > seen,
+                                                     EventRow.seq <= last_seq)
+                              .order_by(EventRow.seq)).scalars().all()
+            payloads = repo.get_payload_texts(db, [r.body["handle"] for r in rows if r.kind == "tool_result"])
+            events = list(cached) + [repo.event_from_row(r, payloads) for r in rows]
+        if events and events[-1].seq != len(events):
+            return [e for e in repo.load_events(db, session_id) if e.seq <= last_seq]  # never memoise a surprise
+        self._put(self._events, session_id, (last_seq, events))
+        return list(events)
+
+    def previous_request(self, session_id: str, fmt: str) -> tuple[tuple[int, ...], tuple[bytes, ...]] | None:
+        with self._lock:
+            return self._prefix.get((session_id, fmt))
+
+    def remember_request(self, session_id: str, fmt: str, ids: Sequence[int], chain: Sequence[bytes]) -> None:
+        self._put(self._prefix, (session_id, fmt), (tuple(ids), tuple(chain)))
+
+
+def memo_of(owner: Any) -> AssemblyMemo:
+    """The memo attached to a long-lived object (the app's MeterRegistry), created once."""
+    memo = getattr(owner, "_ctxd_assembly_memo", None)
+    if memo is None:
+        memo = AssemblyMemo()
+        setattr(owner, "_ctxd_assembly_memo", memo)
+    return memo
