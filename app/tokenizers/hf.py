@@ -129,6 +129,7 @@ class HFChatMeter:
         self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
         self._heads: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._heads_lock = Lock()
+        self._recent: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._template = self._compile(tokenizer) if render_cache == "placeholders" else None
         self._special = dict(tokenizer.special_tokens_map)
 
@@ -244,7 +245,17 @@ class HFChatMeter:
             leaf_start = self._boundary_before(text, leaf_start)
         stats: dict[str, object] = {}
         if self.encoder is not None:
-            encoded = self.encoder.encode(text)
+            # the previous request with the same root and trunk (usually the session's
+            # last one): reuse its encoding over the common prefix
+            head_key = hashlib.sha256(text[:leaf_start].encode("utf-8", "surrogatepass")).hexdigest()
+            with self._heads_lock:
+                recent = self._recent.get(head_key)
+            encoded = self.encoder.encode_after(text, *recent) if recent else self.encoder.encode(text)
+            with self._heads_lock:
+                self._recent[head_key] = (text, encoded)
+                self._recent.move_to_end(head_key)
+                while len(self._recent) > 64:
+                    self._recent.popitem(last=False)
             ids = encoded.ids
             root_n = encoded.token_offset_at(trunk_start)
             leaf_at = encoded.token_offset_at(leaf_start)

@@ -53,7 +53,7 @@ import sys
 import threading
 import time
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -525,6 +525,19 @@ class EncodedText:
 # the encoder
 
 
+def _common_prefix_chars(a: str, b: str) -> int:
+    """Length of the common prefix of two strings (compared 4096 characters at a time)."""
+    n = min(len(a), len(b))
+    i, step = 0, 4096
+    while i < n and a[i : i + step] == b[i : i + step]:
+        i += step
+    if i >= n:
+        return n
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def _probe_texts(specs: Sequence[AddedTokenSpec]) -> list[str]:
     probes = ["", "plain text only", " \n\t leading and trailing ws \n ", "é e\u0301 Å", "ab" * 40]
     contents = [s.content for s in specs][:64]
@@ -579,6 +592,8 @@ class SegmentEncoder:
             self.added_tokens, encode_special_tokens=bool(getattr(backend, "encode_special_tokens", False))
         )
         self._batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        self._max_added_len = max((len(t.content) for t in self.added_tokens), default=0)
+        self._incremental_safe = not any(t.lstrip or t.rstrip or t.single_word for t in self.added_tokens)
         if verify:
             self.verify(_probe_texts(self.splitter.specs))
 
@@ -705,6 +720,41 @@ class SegmentEncoder:
             token_offsets=tuple(token_offsets),
             status=tuple(status),
             stats=stats,
+        )
+
+    def encode_after(self, text: str, previous_text: str, previous: EncodedText) -> EncodedText:
+        """``encode(text)`` reusing ``previous`` (the encoding of ``previous_text``) over
+        their common prefix: only the text after the last reusable cut is looked up.
+
+        The cut is the start of an added token lying wholly inside the common prefix
+        (leftmost-longest matching cannot then differ before it, and HF splits on added
+        tokens before anything else), so the result equals ``encode(text)``; tokenizers
+        whose added tokens strip whitespace or match single words fall back to it."""
+        if not self._incremental_safe:
+            return self.encode(text)
+        t0 = time.perf_counter()
+        common = _common_prefix_chars(text, previous_text) - self._max_added_len
+        i = bisect_right(previous.char_offsets, common) - 1
+        while i > 0 and not (i < len(previous.status) and previous.status[i] == "added"):
+            i -= 1
+        if i <= 0:
+            return self.encode(text)
+        cut, base = previous.char_offsets[i], previous.token_offsets[i]
+        tail = self.encode(text[cut:])
+        kept = i
+        stats = tail.stats
+        return EncodedText(
+            ids=previous.ids[:base] + tail.ids,
+            char_offsets=previous.char_offsets[:kept] + tuple(cut + c for c in tail.char_offsets),
+            token_offsets=previous.token_offsets[:kept] + tuple(base + t for t in tail.token_offsets),
+            status=tuple("hit" if st == "miss" else st for st in previous.status[:kept]) + tail.status,
+            stats=EncodeStats(
+                segments=kept + stats.segments, added_token_segments=stats.added_token_segments,
+                text_segments=stats.text_segments, unique_text_segments=stats.unique_text_segments,
+                hits=stats.hits + sum(1 for st in previous.status[:kept] if st != "added"), misses=stats.misses,
+                encoded=stats.encoded, hit_tokens=stats.hit_tokens + base, miss_tokens=stats.miss_tokens,
+                lookup_seconds=stats.lookup_seconds, encode_seconds=stats.encode_seconds,
+                store_seconds=stats.store_seconds, total_seconds=time.perf_counter() - t0),
         )
 
     def verify(self, texts: Iterable[str]) -> None:
