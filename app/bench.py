@@ -213,9 +213,14 @@ def _reset_meter(meter: Any) -> None:
     if heads is not None:
         with meter._heads_lock:
             heads.clear()
-    count_text = getattr(meter, "count_text", None)
-    if count_text is not None and hasattr(count_text, "cache_clear"):
-        count_text.cache_clear()
+    for memo in ("count_text", "head_tail"):
+        cached = getattr(meter, memo, None)
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+    recent = getattr(meter, "_recent", None)
+    if recent is not None:
+        with meter._heads_lock:
+            recent.clear()  # the previous request's encoding, reused over the common prefix
     zones = getattr(meter, "_zones", None)
     if zones is not None:
         zones.clear()

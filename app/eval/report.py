@@ -106,7 +106,9 @@ NOTES = [
     "window: the walking-skeleton policy through the service functions of the API (create_session, ingest_events, "
     "assemble_request) on a temporary SQLite database, events exactly as recorded.",
     "select: ctxd's default pipeline through the same path, fed the events with inferred read bindings and artifact "
-    "writes. Until compaction and invalidation exist, select == window plus bindings: identical requests.",
+    "writes. Until compaction and invalidation exist, select == window plus bindings: the same turns are kept and "
+    "evicted; the trunk's elision note differs only in the event seq numbers it cites (the write events take seq "
+    "numbers), a few tokens per eviction.",
     "cached_tokens: the profile's cache model (vllm_blocks, 16-token blocks) against the previous request of the same "
     "run; uncached = input - cached. cost_usd counts input only.",
     "stale_support (eq. 7): (call, observation) pairs where the observation read an artifact written after the read "
@@ -226,6 +228,7 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
 
 ROLE_COLORS = {"system": "#4c72b0", "tools": "#8172b2", "task_state": "#55a868", "observations": "#dd8452"}
 POLICY_COLORS = {"append": "#c44e52", "window": "#4c72b0", "select": "#55a868"}
+POLICY_STYLES = {"append": "-", "window": "-", "select": "--"}  # select draws over window while they agree
 
 
 def _showcase(run: EvalRun) -> str:
@@ -279,7 +282,8 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
     fig, ax = plt.subplots(figsize=(12, 4.5))
     for p in run.policies:
         calls = run.result(p, trace).calls
-        ax.plot([c.call for c in calls], [c.input_tokens for c in calls], label=p, color=POLICY_COLORS.get(p), lw=1.5)
+        ax.plot([c.call for c in calls], [c.input_tokens for c in calls], label=p, color=POLICY_COLORS.get(p),
+                ls=POLICY_STYLES.get(p, "-"), lw=1.5)
     ax.axhline(limit, color="black", ls="--", lw=1, label=f"input_limit W-O-M = {limit:,}")
     ax.axhline(window - reserve, color="grey", ls=":", lw=1, label=f"W - O = {window - reserve:,}")
     if info.get("low_watermark"):
@@ -302,10 +306,12 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
             for c in run.result(p, t).calls:
                 acc += metrics.cost_usd(c.uncached_tokens, c.cached_tokens, prices)
                 ys.append(acc)
-        ax.plot(range(1, len(ys) + 1), ys, label=f"{p} (${acc:,.2f})", color=POLICY_COLORS.get(p), lw=1.5)
+        ax.plot(range(1, len(ys) + 1), ys, label=f"{p} (\\${acc:,.2f})", color=POLICY_COLORS.get(p),
+                ls=POLICY_STYLES.get(p, "-"), lw=1.5)
     ax.set_xlabel(f"model calls, all {len(run.traces)} traces in name order")
     ax.set_ylabel("cumulative input cost (USD)")
-    ax.set_title(f"Cumulative input cost (${prices.uncached}/M uncached, ${prices.cached}/M cached)")
+    ax.set_title(f"Cumulative input cost (\\${prices.uncached:g} per million uncached, \\${prices.cached:g} per million "
+                 "cached input tokens)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = out / "cumulative_cost.png"

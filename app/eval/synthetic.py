@@ -43,6 +43,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from app.domain.assembly import assemble_window
 from app.domain.budget import Budget
@@ -69,6 +70,7 @@ UNIT = re.compile(r"§[^\s\"\\]+")
 BIG = 10**9  # a window "large enough to admit" any synthetic request; an item cap nothing reaches
 
 
+@lru_cache(maxsize=256)
 def units(label: str, n: int) -> str:
     """``n`` distinct unit tokens labelled ``label`` (exactly ``n`` tokens under UnitMeter)."""
     return " ".join(f"§{label}.{i}" for i in range(n))
@@ -79,19 +81,23 @@ class UnitMeter:
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
+        self._texts: dict[str, list[int]] = {}  # memo: synthetic texts repeat across calls
 
     def _intern(self, text: str) -> list[int]:
-        ids = self._ids
-        out = []
-        for tok in UNIT.findall(text):
-            i = ids.get(tok)
-            if i is None:
-                i = ids[tok] = len(ids)
-            out.append(i)
+        out = self._texts.get(text)
+        if out is None:
+            ids = self._ids
+            out = []
+            for tok in UNIT.findall(text):
+                i = ids.get(tok)
+                if i is None:
+                    i = ids[tok] = len(ids)
+                out.append(i)
+            self._texts[text] = out
         return out
 
     def count_text(self, text: str) -> int:
-        return len(UNIT.findall(text))
+        return len(self._intern(text))
 
     def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
         toks = UNIT.findall(text)
@@ -108,7 +114,7 @@ class UnitMeter:
             leaf += self._intern(m.content)
             for c in m.tool_calls:
                 leaf += self._intern(c.arguments)
-        ids = system + tools + trunk + leaf
+        ids = [*system, *tools, *trunk, *leaf]
         by_zone = {"root": len(system) + len(tools), "trunk": len(trunk), "leaf": len(leaf)}
         by_role = {"system": len(system), "tools": len(tools), "task_state": len(trunk), "observations": len(leaf)}
         return Measurement(total=len(ids), by_zone=by_zone, by_role=by_role, ids=tuple(ids))

@@ -127,6 +127,8 @@ class HFChatMeter:
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
         self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
+        # payloads are immutable: a capped tool output is cut once, not on every GET
+        self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
         self._heads: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._heads_lock = Lock()
         self._recent: OrderedDict[str, tuple[str, Any]] = OrderedDict()
@@ -155,7 +157,7 @@ class HFChatMeter:
     def _count_text(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
+    def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
         """Cut ``text`` at token boundaries (offset mapping): head, tail, elided tokens."""
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         offsets = enc["offset_mapping"]

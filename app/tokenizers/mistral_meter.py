@@ -39,6 +39,7 @@ class MistralMeter:
         self._raw = tekken.mistral.instruct_tokenizer.tokenizer
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
         self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
+        self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
@@ -48,7 +49,7 @@ class MistralMeter:
     def _count_text(self, text: str) -> int:
         return len(self._raw.encode(text, bos=False, eos=False))
 
-    def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
+    def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
         ids = self._raw.encode(text, bos=False, eos=False)
         if len(ids) <= head_tokens + tail_tokens:
             return text, "", 0
