@@ -6,12 +6,12 @@ durable ("no acknowledged event is ever lost"); services never commit.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Annotated, Iterator
+from typing import Annotated, ContextManager
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session as OrmSession
 
+from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 
@@ -20,15 +20,8 @@ class UnitOfWork:
     def __init__(self, request: Request) -> None:
         self._factory = request.app.state.session_factory
 
-    @contextmanager
-    def __call__(self) -> Iterator[OrmSession]:
-        with self._factory() as db:
-            try:
-                yield db
-                db.commit()
-            except BaseException:
-                db.rollback()
-                raise
+    def __call__(self) -> ContextManager[OrmSession]:
+        return unit_of_work(self._factory)
 
 
 def profiles(request: Request) -> ProfileRegistry:

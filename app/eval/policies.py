@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from app.adapters import miniswe
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
@@ -47,16 +46,11 @@ class EvalContext:
     session_factory: Any  # sqlalchemy.orm.sessionmaker
     profile: str
 
-    @contextmanager
-    def unit_of_work(self) -> Iterator[Any]:
-        """One transaction, committed on success (as the API's unit of work)."""
-        with self.session_factory() as db:
-            try:
-                yield db
-                db.commit()
-            except BaseException:
-                db.rollback()
-                raise
+    def unit_of_work(self) -> Any:
+        """One transaction, committed on success (the API's unit of work)."""
+        from app.store.db import unit_of_work
+
+        return unit_of_work(self.session_factory)
 
 
 @dataclass(frozen=True)

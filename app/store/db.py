@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session as OrmSession
@@ -37,3 +38,16 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 def make_session_factory(engine: Engine) -> sessionmaker[OrmSession]:
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+@contextmanager
+def unit_of_work(factory: sessionmaker[OrmSession]) -> Iterator[OrmSession]:
+    """One transaction: committed when the block ends normally (before a response is
+    sent, so an acknowledged event is durable), rolled back on any exception."""
+    with factory() as db:
+        try:
+            yield db
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import SESSION, assistant, new_session, post, result
+from tests.api.test_api import assistant, new_session, post, result
 
 
 def capture(handler_body: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:

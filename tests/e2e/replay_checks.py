@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -12,8 +11,6 @@ from fastapi.testclient import TestClient
 
 from app.adapters import miniswe
 
-from tests.traces import TRACE_FILES
-from tests.traces import TRACES_DIR as TRACES
 
 
 @dataclass

@@ -3,61 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.e2e.replay_checks import TRACES
+from tests.e2e.conftest import ctxd, free_port
+from tests.traces import TRACES_DIR as TRACES
 
 TRACE = TRACES / "pvlib__pvlib-python-1072__reasoner.traj.json"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ctxd() -> list[str]:
-    exe = shutil.which("ctxd", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "app.cli"]
-
-
-@pytest.fixture()
-def server(tmp_path: Path):
-    port = free_port()
-    env = os.environ | {"CTXD_DATA_DIR": str(tmp_path / "data"), "CTXD_DATABASE_URL": "", "CTXD_REDIS_URL": ""}
-    proc = subprocess.Popen([*ctxd(), "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"ctxd serve exited early: {proc.stdout.read() if proc.stdout else ''}")
-            time.sleep(0.3)
-        else:
-            pytest.fail("ctxd serve did not become ready in 90 s")
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    assert (tmp_path / "data" / "ctxd.sqlite3").exists(), "embedded default: a SQLite file in CTXD_DATA_DIR"
-
-
 def test_serve_then_replay_over_http(server: str, tmp_path: Path) -> None:
+    assert (tmp_path / "data").is_dir()
     out = tmp_path / "report.json"
     done = subprocess.run([*ctxd(), "replay", str(TRACE), "--url", server, "--json-out", str(out)],
                           capture_output=True, text=True, timeout=300)

@@ -7,18 +7,13 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.e2e.replay_checks import TRACES
-from tests.e2e.test_cli_serve_replay import ctxd, free_port
+from tests.traces import TRACES_DIR as TRACES
 
 LOCUSTFILE = Path(__file__).resolve().parents[2] / "loadtests" / "locustfile.py"
 SMOKE_TRACES = [TRACES / "pvlib__pvlib-python-1072__reasoner.traj.json", TRACES / "pydicom__pydicom-901__chat.traj.json"]
@@ -29,41 +24,6 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("locust") is None,
                        reason="locust is not installed (pip install -e '.[load]')"),
 ]
-
-
-@pytest.fixture()
-def server(tmp_path: Path) -> Iterator[str]:
-    """`ctxd serve` on a free loopback port with its own data dir. Its output goes to a file:
-    a load test logs one access line per request, more than a pipe holds unread."""
-    port = free_port()
-    env = os.environ | {"CTXD_DATA_DIR": str(tmp_path / "data"), "CTXD_DATABASE_URL": "", "CTXD_REDIS_URL": "",
-                        "HF_HUB_OFFLINE": "1"}
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen([*ctxd(), "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None:
-                    pytest.fail(f"ctxd serve exited early: {log_path.read_text(encoding='utf-8')[-4000:]}")
-                time.sleep(0.3)
-            else:
-                pytest.fail("ctxd serve did not become ready in 90 s")
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-                pytest.fail("ctxd serve did not stop within 30 s of SIGTERM")
 
 
 def _stats(path: Path) -> dict[str, dict[str, str]]:

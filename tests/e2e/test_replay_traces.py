@@ -6,7 +6,8 @@ import statistics
 
 import pytest
 
-from tests.e2e.replay_checks import TRACE_FILES, replay_and_check
+from tests.e2e.replay_checks import replay_and_check
+from tests.traces import TRACE_FILES
 
 QUICK = [p for p in TRACE_FILES if p.name == "pvlib__pvlib-python-1072__reasoner.traj.json"]
 PG_TRACES = [p for p in TRACE_FILES if p.name in {

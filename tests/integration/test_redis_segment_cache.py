@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import socket
 
-import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from tests.e2e.replay_checks import TRACE_FILES, replay_and_check
+from tests.e2e.replay_checks import replay_and_check
+from tests.traces import TRACE_FILES
 
 TRACE = next(p for p in TRACE_FILES if p.name == "pvlib__pvlib-python-1072__reasoner.traj.json")
 

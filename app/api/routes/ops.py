@@ -29,7 +29,7 @@ def readyz(request: Request) -> Response:
     checks = {"database": "ok", "tokenizer": "loaded" if state.tokenizer_ready.is_set() else "loading"}
     if not state.tokenizer_ready.is_set():
         return problem(503, "Not ready", "the default profile's tokenizer is still loading", checks=checks)
-    return Response(content=f'{{"status":"ready","checks":{{"database":"ok","tokenizer":"loaded"}}}}',
+    return Response(content='{"status":"ready","checks":{"database":"ok","tokenizer":"loaded"}}',
                     media_type="application/json")
 
 
