@@ -8,6 +8,7 @@ Sources: seed 000 eq. 1 (budget) and section 4.4 (layout by change rate); seed 0
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -118,6 +119,26 @@ def observation_text(result: ToolResultEvent, body: str) -> str:
     if exception:
         header.append(f"exception: {exception}")
     return ("\n".join(header) + "\n" + body) if header else body
+
+
+def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
+    """Layout warnings for tool calls the request shows that the model could not have made
+    validly: a tool the session does not declare, or arguments that are not a JSON object.
+    They are recorded as the agent reported them (the log keeps what happened)."""
+    declared = {str(t.get("function", t).get("name")) for t in session.tools}
+    out = []
+    for group in groups:
+        for call in group.message.tool_calls:
+            if declared and call.name not in declared:
+                out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
+            try:
+                valid = isinstance(json.loads(call.arguments), dict)
+            except ValueError:
+                valid = False
+            if not valid:
+                out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object; "
+                           "rendered as the text given")
+    return out
 
 
 def _call_preview(arguments: str, limit: int = 80) -> str:
@@ -280,11 +301,17 @@ def assemble_window(
                     entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if b.elided_tokens else "")
                     if b.elided_tokens:
                         entry["elided_tokens"] = b.elided_tokens
+                elif group.pending and not group.results and not event.content:
+                    entry["zone"] = None
+                    entry["representation"] = "pending"
+                    entry["why"] = "every tool call of this turn still awaits its result; it enters with the first result"
+                    entry["pending_calls"] = list(group.pending)
                 else:
                     entry["representation"] = "verbatim"
                     entry["why"] = "recent turn"
                     if group.pending:
                         entry["pending_calls"] = list(group.pending)
+                        entry["why"] += " (calls awaiting a result are left out until it arrives)"
                 items.append(entry)
             else:
                 entry["zone"] = "trunk"
@@ -298,6 +325,7 @@ def assemble_window(
         items.append({"seq": step.seq, "event_id": step.event_id, "kind": "step", "zone": "leaf",
                       "representation": "verbatim", "why": "the next bounded step, last in the leaf"})
     items.sort(key=lambda e: e["seq"])
+    warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     return Assembly(
         conversation=conversation,
         measurement=measurement,
@@ -306,5 +334,5 @@ def assemble_window(
         items=tuple(items),
         elided=tuple(elided),
         evicted_now=k - first_kept,
-        warnings=measurement.warnings,
+        warnings=tuple(warnings),
     )

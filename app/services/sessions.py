@@ -148,8 +148,11 @@ def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, lengt
         except ValueError:
             raise InvalidRange(f"lines must be 'a:b' (1-based, inclusive), got {lines!r}") from None
         all_lines = data.splitlines(keepends=True)
-        if a < 1 or b < a or a > max(len(all_lines), 1):
-            raise InvalidRange(f"lines {lines!r} outside 1:{len(all_lines)}", lines=len(all_lines))
+        if a < 1 or b < a:
+            raise InvalidRange(f"lines {lines!r}: need 1 <= a <= b (1-based, inclusive)", lines=len(all_lines))
+        if a > max(len(all_lines), 1):
+            raise InvalidRange(f"lines {lines!r} start past the last line ({len(all_lines)})", lines=len(all_lines))
+        # b past the end is clamped to the last line (like sed -n 'a,bp')
         return full, b"".join(all_lines[a - 1:b]), size
     if offset is not None or length is not None:
         start = offset or 0

@@ -189,3 +189,25 @@ def test_ops_endpoints(client: TestClient) -> None:
     assert "ctxd_http_requests_total" in text and 'ctxd_assembled_tokens_total{profile="qwen3",role="tools"}' in text
     spec = client.get("/openapi.json").json()
     assert "/v1/sessions/{session_id}/request" in spec["paths"]
+
+
+def test_pending_call_and_suspicious_calls_are_reported(client: TestClient) -> None:
+    sid = new_session(client)
+    bad = {"event_id": "a1", "kind": "message", "role": "assistant", "content": "",
+           "tool_calls": [{"call_id": "c1", "name": "rm_rf", "arguments": "not json"}]}
+    assert post(client, sid, bad).status_code == 200
+    manifest = client.get(f"/v1/sessions/{sid}/request").json()["manifest"]
+    item = next(i for i in manifest["items"] if i["event_id"] == "a1")
+    assert item["representation"] == "pending" and item["pending_calls"] == ["c1"] and item["zone"] is None
+    post(client, sid, result("r1", "c1", "ok\n"))
+    warnings = client.get(f"/v1/sessions/{sid}/request").json()["manifest"]["layout_warnings"]
+    assert any("undeclared tool 'rm_rf'" in w for w in warnings)
+    assert any("not a JSON object" in w for w in warnings)
+
+
+def test_reversed_line_range_says_so(client: TestClient) -> None:
+    sid = new_session(client)
+    post(client, sid, assistant("a1", "c1"), result("r1", "c1", "a\nb\nc\n"))
+    handle = hashlib.sha256(b"a\nb\nc\n").hexdigest()
+    assert "a <= b" in assert_problem(client.get(f"/v1/handles/{handle}?lines=3:2"), 416)["detail"]
+    assert client.get(f"/v1/handles/{handle}?lines=2:99").content == b"b\nc\n"  # clamped like sed -n
