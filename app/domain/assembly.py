@@ -8,6 +8,7 @@ Sources: seed 000 eq. 1 (budget) and section 4.4 (layout by change rate); seed 0
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -55,6 +56,7 @@ class Assembly:
     elided: tuple[dict[str, Any], ...]
     evicted_now: int
     warnings: tuple[str, ...] = field(default=())
+    derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -146,10 +148,51 @@ def _call_preview(arguments: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int]) -> str:
-    """One breadcrumb listing every dropped turn group with its handles (seed 001)."""
+NOTE_MAX_GROUPS = 32  # turn groups the elision note lists one by one; older ones go to an index payload
+
+
+def _group_line(group: TurnGroup, payload_tokens: dict[str, int]) -> str:
+    message = group.message
+    calls = {r.call_id: r for r in group.results}
+    parts = [f"- seq {message.seq} {message.role} turn {message.handle[:SHORT_HANDLE]}"]
+    for call in message.tool_calls:
+        result = calls.get(call.call_id)
+        if result is None:
+            continue
+        exit_part = f", exit {result.exit_code}" if result.exit_code is not None else ""
+        parts.append(
+            f": {call.name} {_call_preview(call.arguments)} -> result "
+            f"{result.handle[:SHORT_HANDLE]} ({payload_tokens.get(result.handle, 0)} tokens{exit_part})"
+        )
+    return "".join(parts)
+
+
+def elision_index(groups: Sequence[TurnGroup], payload_tokens: dict[str, int]) -> bytes:
+    """The index payload of older dropped groups: canonical JSON, one entry per group with
+    its turn handle and each call's result handle and token count."""
+    entries = []
+    for group in groups:
+        results = {r.call_id: r for r in group.results}
+        entries.append({
+            "seq": group.message.seq, "role": group.message.role, "turn": group.message.handle,
+            "calls": [{"call_id": c.call_id, "name": c.name, "arguments": c.arguments,
+                       "result": results[c.call_id].handle, "tokens": payload_tokens.get(results[c.call_id].handle, 0),
+                       "exit_code": results[c.call_id].exit_code}
+                      for c in group.message.tool_calls if c.call_id in results],
+        })
+    return json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int], *,
+                 max_groups: int = NOTE_MAX_GROUPS) -> tuple[str, dict[str, bytes]]:
+    """One breadcrumb naming every dropped turn group's handles (seed 001).
+
+    The newest ``max_groups`` dropped groups are listed line by line; older ones are named
+    through one index payload (content-addressed, so its handle is its sha256) listing
+    their handles, which keeps the note, and so the pinned trunk, bounded. Returns the
+    note and the index payloads to store ({handle: bytes})."""
     if not dropped:
-        return ""
+        return "", {}
     first, last = dropped[0].first_seq, max(max(g.seqs) for g in dropped)
     total = sum(payload_tokens.get(r.handle, 0) for g in dropped for r in g.results)
     lines = [
@@ -158,21 +201,17 @@ def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int]) -
         "were removed from this request to fit the token budget. Nothing is lost: read any of them "
         "back by handle (GET /v1/handles/<handle>, prefixes accepted).",
     ]
-    for group in dropped:
-        message = group.message
-        calls = {r.call_id: r for r in group.results}
-        parts = [f"- seq {message.seq} {message.role} turn {message.handle[:SHORT_HANDLE]}"]
-        for call in message.tool_calls:
-            result = calls.get(call.call_id)
-            if result is None:
-                continue
-            exit_part = f", exit {result.exit_code}" if result.exit_code is not None else ""
-            parts.append(
-                f": {call.name} {_call_preview(call.arguments)} -> result "
-                f"{result.handle[:SHORT_HANDLE]} ({payload_tokens.get(result.handle, 0)} tokens{exit_part})"
-            )
-        lines.append("".join(parts))
-    return "\n".join(lines)
+    derived: dict[str, bytes] = {}
+    older, recent = dropped[: max(0, len(dropped) - max_groups)], dropped[max(0, len(dropped) - max_groups):]
+    if older:
+        index = elision_index(older, payload_tokens)
+        handle = hashlib.sha256(index).hexdigest()
+        derived[handle] = index
+        older_last = max(max(g.seqs) for g in older)
+        lines.append(f"- seq {older[0].first_seq}-{older_last}: {len(older)} older turn groups; their turn and "
+                     f"result handles are listed in index {handle[:SHORT_HANDLE]} (JSON)")
+    lines.extend(_group_line(group, payload_tokens) for group in recent)
+    return "\n".join(lines), derived
 
 
 def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_reasoning: bool) -> list[LeafMessage]:
@@ -207,9 +246,11 @@ def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_r
 
 
 def _conversation(session: Session, groups: Sequence[TurnGroup], dropped: Sequence[TurnGroup], step: StepEvent | None,
-                  bounded: dict[str, BoundedResult], payload_tokens: dict[str, int], render_reasoning: bool) -> Conversation:
+                  bounded: dict[str, BoundedResult], payload_tokens: dict[str, int], render_reasoning: bool,
+                  derived_out: dict[str, bytes]) -> Conversation:
     trunk = render_contract(session.contract)
-    note = elision_note(dropped, payload_tokens)
+    note, derived = elision_note(dropped, payload_tokens)
+    derived_out.update(derived)
     if note:
         trunk = trunk + "\n\n" + note
     leaf: list[LeafMessage] = []
@@ -252,8 +293,12 @@ def assemble_window(
 
     first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
 
+    derived_by_k: dict[int, dict[str, bytes]] = {}
+
     def build(k: int) -> tuple[Conversation, Measurement]:
-        conv = _conversation(session, groups[k:], groups[:k], step, bounded, payload_tokens, render_reasoning)
+        derived_by_k[k] = {}
+        conv = _conversation(session, groups[k:], groups[:k], step, bounded, payload_tokens, render_reasoning,
+                             derived_by_k[k])
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
@@ -335,4 +380,5 @@ def assemble_window(
         elided=tuple(elided),
         evicted_now=k - first_kept,
         warnings=tuple(warnings),
+        derived_payloads=derived_by_k.get(k, {}),
     )

@@ -135,6 +135,9 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
                                render_reasoning=profile.render_reasoning)
+    for handle, data in assembly.derived_payloads.items():
+        stored = repo.put_payload(db, data)
+        assert stored == handle  # content-addressed: the note names exactly what is stored
     body = serialize(assembly, profile, fmt, session_id=session_id)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement
@@ -152,7 +155,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         "budget": budget.as_dict() | {"low_watermark": budget.eviction_target, "role_limits": budget.role_limits()},
         "cache": cache_info,
         "layout": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]",
-                   "cut_seq": assembly.cut_seq, "evicted_now": assembly.evicted_now},
+                   "cut_seq": assembly.cut_seq, "evicted_now": assembly.evicted_now,
+                   "elision_index": sorted(assembly.derived_payloads)},
         "items": list(assembly.items),
         "elided": list(assembly.elided),
         "elided_tokens": elided_tokens + capped_tokens,

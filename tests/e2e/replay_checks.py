@@ -63,6 +63,10 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
         text = "\n".join(m["content"] or "" for m in body["messages"])
         for constraint in constraints:
             assert constraint in text, f"{where}: constraint missing"
+        for handle in manifest["layout"]["elision_index"]:
+            assert handle[:12] in body["messages"][1]["content"], where
+            index = client.get(f"/v1/handles/{handle}")
+            assert index.status_code == 200 and hashlib.sha256(index.content).hexdigest() == handle, where
         for item in manifest["elided"]:
             handle = item["handle"]
             if handle in checked:

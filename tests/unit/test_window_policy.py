@@ -50,8 +50,11 @@ def check_invariants(result, events, budget) -> None:
     assert sorted(calls) == sorted(results), "every call has its result and every result its call"
     assert "do not touch tests" in conv.trunk
     elided_handles = {e["handle"] for e in result.elided if e["kind"] == "tool_result"}
+    index_text = " ".join(data.decode() for data in result.derived_payloads.values())
+    for handle in result.derived_payloads:
+        assert handle[:12] in conv.trunk, "the note names its index payload"
     for handle in elided_handles:
-        assert handle[:12] in conv.trunk, "the elision note names every dropped handle"
+        assert handle[:12] in conv.trunk or handle in index_text, "the elision note names every dropped handle"
     accounted = {i["seq"] for i in result.items} | {e["seq"] for e in result.elided}
     assert accounted == {e.seq for e in events}
 
@@ -107,6 +110,24 @@ def test_cut_only_moves_forward_and_leaf_is_append_stable() -> None:
             assert result.measurement.total <= budget.eviction_target
         cut, previous = result.cut_seq, result
     assert 1 <= rewrites < len(turns) // 2, "hysteresis: evictions are batched"
+
+
+def test_note_stays_bounded_with_an_index_of_older_groups() -> None:
+    import hashlib
+    import json
+
+    events = session_events([[5]] * 120)
+    budget = Budget(window=700, output_reserve=50, headroom=0, low_watermark=500)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
+    check_invariants(result, events, budget)
+    note_lines = [line for line in result.conversation.trunk.splitlines() if line.startswith("- seq")]
+    assert len(note_lines) == 33, "32 newest dropped groups + one index line"
+    (handle, data), = result.derived_payloads.items()
+    assert hashlib.sha256(data).hexdigest() == handle
+    index = json.loads(data)
+    dropped_turns = [e for e in result.elided if e["kind"] == "message"]
+    assert len(index) == len(dropped_turns) - 32
+    assert index[0]["turn"] == dropped_turns[0]["handle"]
 
 
 def test_item_cap_bounds_tool_output_head_tail() -> None:
