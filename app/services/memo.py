@@ -15,12 +15,10 @@ import threading
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.types import Event
 from app.store import repository as repo
-from app.store.tables import EventRow
 
 
 class AssemblyMemo:
@@ -43,18 +41,14 @@ class AssemblyMemo:
         with self._lock:
             known = self._events.get(session_id)
         if known is None or known[0] > last_seq:
-            events = [e for e in repo.load_events(db, session_id) if e.seq <= last_seq]
+            events = repo.load_events(db, session_id, upto_seq=last_seq)
         else:
             seen, cached = known
             if seen == last_seq:
                 return list(cached)
-            rows = db.execute(select(EventRow).where(EventRow.session_id == session_id, EventRow.seq > seen,
-                                                     EventRow.seq <= last_seq)
-                              .order_by(EventRow.seq)).scalars().all()
-            payloads = repo.get_payload_texts(db, [r.body["handle"] for r in rows if r.kind == "tool_result"])
-            events = list(cached) + [repo.event_from_row(r, payloads) for r in rows]
+            events = list(cached) + repo.load_events(db, session_id, after_seq=seen, upto_seq=last_seq)
         if events and events[-1].seq != len(events):
-            return [e for e in repo.load_events(db, session_id) if e.seq <= last_seq]  # never memoise a surprise
+            return repo.load_events(db, session_id, upto_seq=last_seq)  # never memoise a surprise
         self._put(self._events, session_id, (last_seq, events))
         return list(events)
 

@@ -176,8 +176,12 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
 
 
-def load_events(db: OrmSession, session_id: str) -> list[Event]:
-    rows = db.execute(select(EventRow).where(EventRow.session_id == session_id).order_by(EventRow.seq)).scalars().all()
+def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
+    """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq order."""
+    query = select(EventRow).where(EventRow.session_id == session_id, EventRow.seq > after_seq)
+    if upto_seq is not None:
+        query = query.where(EventRow.seq <= upto_seq)
+    rows = db.execute(query.order_by(EventRow.seq)).scalars().all()
     handles = [r.body["handle"] for r in rows if r.kind == "tool_result"]
     payloads = get_payload_texts(db, handles)
     return [event_from_row(r, payloads) for r in rows]

@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from functools import lru_cache
 from threading import Lock
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
@@ -283,12 +283,4 @@ class HFChatMeter:
                            extra={"text": text, "zone_chars": (trunk_start, leaf_start), **stats})
 
 
-def naive_count(tokenizer: Any, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> int:
-    """The baseline the benchmark compares with: one full ``apply_chat_template`` call."""
-    ids = tokenizer.apply_chat_template(messages, tools=list(tools) if tools else None, add_generation_prompt=True,
-                                        tokenize=True, return_dict=False)
-    return len(ids)
-
-
-__all__ = ["HFChatMeter", "inert", "naive_count", "openai_to_template_messages", "parse_arguments", "template_messages"]
-_ = Callable  # re-exported typing name kept for callers' annotations
+__all__ = ["HFChatMeter", "inert", "openai_to_template_messages", "parse_arguments", "template_messages"]
