@@ -369,6 +369,10 @@ def assemble_window(
     if step is not None:
         items.append({"seq": step.seq, "event_id": step.event_id, "kind": "step", "zone": "leaf",
                       "representation": "verbatim", "why": "the next bounded step, last in the leaf"})
+    for older in events:
+        if isinstance(older, StepEvent) and older is not step:
+            items.append({"seq": older.seq, "event_id": older.event_id, "kind": "step", "zone": None,
+                          "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
     items.sort(key=lambda e: e["seq"])
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     return Assembly(

@@ -67,6 +67,17 @@ def test_groups_pair_parallel_calls_out_of_order() -> None:
     assert groups[0].pending == ()
 
 
+def test_only_the_latest_step_is_shown_and_older_ones_are_accounted() -> None:
+    events = session_events([[3]]) + [StepEvent(seq=3, event_id="s1", text="first"), StepEvent(seq=4, event_id="s2", text="second")]
+    budget = Budget(window=10_000, output_reserve=100, headroom=0)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
+    check_invariants(result, events, budget)
+    assert result.conversation.leaf[-1].content == "Next step: second"
+    assert not any("first" in m.content for m in result.conversation.leaf)
+    older = next(i for i in result.items if i["event_id"] == "s1")
+    assert older["representation"] == "superseded" and older["zone"] is None
+
+
 def test_pending_call_is_not_rendered() -> None:
     events = session_events([[3, 3]])[:-1]  # the second result (call t0c0) has not arrived
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
