@@ -23,10 +23,11 @@ per-session ``prompt_cache_key``, token total and zones).
 * **cold**: the same path, but before every GET the segment cache is emptied
   (``LocalLRUCache.clear()``) and so are the meter's own memos: the root/trunk render
   offsets (``HFChatMeter._heads``) and the per-payload token counts
-  (``HFChatMeter.count_text``, an ``lru_cache``). Only the previous request's ids kept
-  for prefix-reuse prediction (key ``ctxd:prev:...``) are put back, so the prefix-reuse
-  step does the same work as in the warm path. The placeholder render (a rendering
-  technique, not a cache) stays on.
+  (``HFChatMeter.count_text``, an ``lru_cache``) and the previous request's encoding
+  (``HFChatMeter._recent``). The assembly memo (:mod:`app.services.memo`: parsed events,
+  per-group leaf messages, the previous request's ids for prefix-reuse prediction) is
+  kept in every mode, as on a running server, so the rest of the GET does the same work
+  in all three; so is the native render (a rendering technique, not a cache).
 * **naive**: what ctxd would cost without its counting machinery: the meter is replaced
   by :class:`NaiveMeter`, which counts every measurement with one full
   ``tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=True,
@@ -226,12 +227,9 @@ def _reset_meter(meter: Any) -> None:
         zones.clear()
 
 
-def _clear_segments(cache: Any, keep: Sequence[bytes] = ()) -> None:
-    """Empty the segment cache, putting back the entries named by ``keep``."""
-    saved = {k: v for k, v in zip(keep, cache.get_many(list(keep))) if v is not None} if keep else {}
+def _clear_segments(cache: Any) -> None:
+    """Empty the segment cache."""
     cache.clear()
-    if saved:
-        cache.set_many(saved)
 
 
 # --------------------------------------------------------------------------- harness
@@ -504,7 +502,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                     continue
                 for mode in order:
                     if mode == "cold":
-                        _clear_segments(registries[mode].token_cache, [f"ctxd:prev:{sids[mode]}:openai".encode()])
+                        _clear_segments(registries[mode].token_cache)
                         _reset_meter(meters[mode])
                     seconds, out = h.timed_get(registries[mode], sids[mode])
                     runs[mode].append(_record(step, seconds, out))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from collections.abc import MutableMapping
 from typing import Any, Sequence
 
 from app.domain.budget import Budget, check_pinned
@@ -245,20 +246,26 @@ def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_r
     return out
 
 
-def _conversation(session: Session, groups: Sequence[TurnGroup], dropped: Sequence[TurnGroup], step: StepEvent | None,
-                  bounded: dict[str, BoundedResult], payload_tokens: dict[str, int], render_reasoning: bool,
-                  derived_out: dict[str, bytes]) -> Conversation:
+def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
+                  step: StepEvent | None, payload_tokens: dict[str, int], derived_out: dict[str, bytes]) -> Conversation:
     trunk = render_contract(session.contract)
     note, derived = elision_note(dropped, payload_tokens)
     derived_out.update(derived)
     if note:
         trunk = trunk + "\n\n" + note
     leaf: list[LeafMessage] = []
-    for group in groups:
-        leaf.extend(_leaf_messages(group, bounded, render_reasoning))
+    for messages in leaf_groups:
+        leaf.extend(messages)
     if step is not None:
         leaf.append(LeafMessage(role="user", content=f"Next step: {step.text}", seq=step.seq))
     return Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk, leaf=tuple(leaf))
+
+
+def _result_key(result: ToolResultEvent) -> tuple[Any, ...]:
+    """What a tool message's text depends on besides the meter and the cap."""
+    exception = result.conditions.get("exception_info") if result.conditions else None
+    return (result.seq, result.call_id, result.handle, result.payload, result.exit_code,
+            str(exception) if exception else None)
 
 
 def assemble_window(
@@ -270,6 +277,7 @@ def assemble_window(
     item_cap_tokens: int,
     previous_cut_seq: int = 0,
     render_reasoning: bool = False,
+    leaf_cache: MutableMapping[Any, Any] | None = None,
 ) -> Assembly:
     """Select and lay out the next request under the window policy.
 
@@ -279,17 +287,39 @@ def assemble_window(
     the cut only moves forward (``previous_cut_seq``), so the leaf is append-only between
     evictions and, once over the limit, the request shrinks to ``budget.eviction_target``.
 
+    ``leaf_cache``: an optional mapping kept across calls (the service keeps one per
+    process, bounded) from what a turn group's leaf messages and bounded tool outputs
+    depend on (meter, per-item cap, reasoning switch, the message event, each result's
+    seq, call id, handle, payload, exit code and exception) to those values. A session's
+    leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
+    messages are the same objects (cheap to hash for the layout digest).
+
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
     """
     groups, step, writes = build_turn_groups(events)
+    cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
     bounded: dict[str, BoundedResult] = {}
     payload_tokens: dict[str, int] = {}
     for group in groups:
         for result in group.results:
             if result.handle not in bounded:
-                bounded[result.handle] = bound_tool_output(meter, result, item_cap_tokens)
-                payload_tokens[result.handle] = bounded[result.handle].payload_tokens
+                key = ("bounded", meter, item_cap_tokens, result.handle, result.payload)
+                b = cache.get(key)
+                if b is None:
+                    b = cache[key] = bound_tool_output(meter, result, item_cap_tokens)
+                bounded[result.handle] = b
+                payload_tokens[result.handle] = b.payload_tokens
+
+    # each group's leaf messages, built once (and, with a leaf_cache, once per session)
+    leaf_groups: list[tuple[LeafMessage, ...]] = []
+    for group in groups:
+        key = ("leaf", meter, item_cap_tokens, render_reasoning, group.message,
+               tuple(_result_key(r) for r in group.results))
+        messages = cache.get(key)
+        if messages is None:
+            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning))
+        leaf_groups.append(messages)
 
     first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
 
@@ -297,8 +327,7 @@ def assemble_window(
 
     def build(k: int) -> tuple[Conversation, Measurement]:
         derived_by_k[k] = {}
-        conv = _conversation(session, groups[k:], groups[:k], step, bounded, payload_tokens, render_reasoning,
-                             derived_by_k[k])
+        conv = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens, derived_by_k[k])
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,7 +22,8 @@ class Measurement:
     by_zone: dict[str, int]
     by_role: dict[str, int]
     warnings: tuple[str, ...] = ()
-    ids: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    # the request's token ids (a tuple, or an array('I') from the segment encoder)
+    ids: Sequence[int] | None = field(default=None, repr=False, compare=False)
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
 

@@ -17,7 +17,7 @@ adds extra keys such as LoRA and cache salt; only the chain structure is copied,
 hashes are not vLLM's.)
 
 :class:`PrefixState` is what a session keeps of its previous request: the length, the
-block hashes (truncated to 64 bits each, 16 hex chars: a false match costs a wrong
+block hashes (truncated to 64 bits each: a false match costs a wrong
 prediction, nothing else), the hash of the trailing partial block (so "the new request
 extends the previous one entirely" is exact), and the prefix hashes at the previous
 request's cache breakpoints (Anthropic model). It holds no token ids; JSON via
@@ -36,6 +36,7 @@ the block size (checked in :class:`CacheModel`), so they give the same answer.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import sys
 from array import array
@@ -57,13 +58,18 @@ CacheKind = Literal["vllm_blocks", "openai", "anthropic", "none"]
 _KINDS: tuple[str, ...] = ("vllm_blocks", "openai", "anthropic", "none")
 
 ROOT = bytes(32)
-HASH_HEX = 16  # hex chars kept per block hash in PrefixState (64 bits)
-STATE_VERSION = 1
+HASH_BYTES = 8  # bytes kept per block hash in PrefixState (64 bits)
+STATE_VERSION = 2
 
 _U32 = "I" if array("I").itemsize == 4 else "L"
 
 
-def _pack(ids: Sequence[int]) -> bytes:
+def _pack(ids: Sequence[int] | bytes) -> bytes:
+    """``ids`` as packed little-endian uint32 (bytes are taken as already packed)."""
+    if isinstance(ids, bytes):
+        return ids
+    if isinstance(ids, array) and ids.itemsize == 4 and sys.byteorder == "little":
+        return ids.tobytes()
     a = array(_U32, ids)
     if sys.byteorder == "big":
         a.byteswap()
@@ -130,13 +136,15 @@ class CacheModel:
         return cls(cast(CacheKind, kind), **{k: int(v) for k, v in params.items()})
 
 
-def _chain(ids: Sequence[int], block_size: int, reuse: Sequence[bytes] = ()) -> tuple[list[bytes], bytes | None, bytes]:
+def _chain(ids: Sequence[int] | bytes, block_size: int,
+           reuse: Sequence[bytes] = ()) -> tuple[list[bytes], bytes | None, bytes]:
     """Full-block chained digests, the digest of the trailing partial block (None if
     none), and the packed ids. ``reuse``: digests known to be this chain's first blocks
     (the previous request's, up to the common prefix); only later blocks are hashed."""
     packed = _pack(ids)
+    n = len(packed) // 4
     step = 4 * block_size
-    n_full = len(ids) // block_size
+    n_full = n // block_size
     mv = memoryview(packed)
     start = min(len(reuse), n_full)
     out: list[bytes] = list(reuse[:start])
@@ -145,7 +153,7 @@ def _chain(ids: Sequence[int], block_size: int, reuse: Sequence[bytes] = ()) -> 
     for i in range(start, n_full):
         parent = sha(parent + mv[i * step : (i + 1) * step]).digest()
         out.append(parent)
-    tail = sha(parent + mv[n_full * step :]).digest() if len(ids) % block_size else None
+    tail = sha(parent + mv[n_full * step :]).digest() if n % block_size else None
     return out, tail, packed
 
 
@@ -163,45 +171,81 @@ def _prefix_digest(chain: list[bytes], packed: bytes, block_size: int, offset: i
     return hashlib.sha256(parent + packed[4 * q * block_size : 4 * offset]).digest()
 
 
-def _short(d: bytes) -> str:
-    return d.hex()[:HASH_HEX]
+def _short(d: bytes) -> bytes:
+    return d[:HASH_BYTES]
+
+
+def _common_prefix_bytes(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of two byte strings (compared 4 KiB at a time, in C)."""
+    n = min(len(a), len(b))
+    i, step = 0, 4096
+    while i < n and a[i : i + step] == b[i : i + step]:
+        i += step
+    if i >= n:
+        return n
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 @dataclass(frozen=True)
 class PrefixState:
-    """What a session keeps of its previous request (see module docstring). Sizes in tokens."""
+    """What a session keeps of its previous request (see module docstring). Sizes in tokens.
+
+    ``digests``: the full blocks' chained hashes, truncated to ``HASH_BYTES`` (8) bytes
+    each and concatenated (block i at ``digests[8*i : 8*i+8]``), so that comparing two
+    states is one byte-string comparison. ``tail_digest`` and the breakpoint digests are
+    truncated the same way. JSON (:meth:`to_json`, version 2): the digests as one base64
+    string, the others as hex; version 1 (one hex string per block) is still read.
+    """
 
     length: int
     block_size: int
-    block_hashes: tuple[str, ...] = field(repr=False)
-    tail_hash: str | None = None
-    breakpoints: tuple[tuple[int, str], ...] = ()
+    digests: bytes = field(repr=False)
+    tail_digest: bytes | None = None
+    breakpoints: tuple[tuple[int, bytes], ...] = ()
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.digests) // HASH_BYTES
+
+    @property
+    def block_hashes(self) -> tuple[str, ...]:
+        """The truncated block hashes as hex strings (16 chars each), in block order."""
+        d = self.digests
+        return tuple(d[i : i + HASH_BYTES].hex() for i in range(0, len(d), HASH_BYTES))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "v": STATE_VERSION,
             "length": self.length,
             "block_size": self.block_size,
-            "block_hashes": list(self.block_hashes),
-            "tail_hash": self.tail_hash,
-            "breakpoints": [[o, h] for o, h in self.breakpoints],
+            "digests": base64.b64encode(self.digests).decode("ascii"),
+            "tail_hash": None if self.tail_digest is None else self.tail_digest.hex(),
+            "breakpoints": [[o, h.hex()] for o, h in self.breakpoints],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PrefixState:
         """ValueError on an unknown version or an inconsistent state."""
-        if data.get("v") != STATE_VERSION:
-            raise ValueError(f"unsupported PrefixState version {data.get('v')!r}")
+        version = data.get("v")
+        if version == 1:
+            digests = bytes.fromhex("".join(str(h) for h in data["block_hashes"]))
+        elif version == STATE_VERSION:
+            digests = base64.b64decode(str(data["digests"]), validate=True)
+        else:
+            raise ValueError(f"unsupported PrefixState version {version!r}")
+        tail = data.get("tail_hash")
         st = cls(
             length=int(data["length"]),
             block_size=int(data["block_size"]),
-            block_hashes=tuple(str(h) for h in data["block_hashes"]),
-            tail_hash=None if data.get("tail_hash") is None else str(data["tail_hash"]),
-            breakpoints=tuple((int(o), str(h)) for o, h in data.get("breakpoints", ())),
+            digests=digests,
+            tail_digest=None if tail is None else bytes.fromhex(str(tail)),
+            breakpoints=tuple((int(o), bytes.fromhex(str(h))) for o, h in data.get("breakpoints", ())),
         )
-        if len(st.block_hashes) != st.length // st.block_size or (st.tail_hash is None) != (
-            st.length % st.block_size == 0
-        ):
+        if st.block_size < 1 or len(st.digests) != (st.length // st.block_size) * HASH_BYTES or (
+            st.tail_digest is None
+        ) != (st.length % st.block_size == 0):
             raise ValueError("inconsistent PrefixState: block hashes do not match length")
         return st
 
@@ -231,6 +275,7 @@ class ReuseReport:
     breakpoints: tuple[int, ...]
     state: PrefixState = field(repr=False)
     chain: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
+    packed: bytes = field(default=b"", repr=False, compare=False)  # the ids, little-endian uint32
 
     @property
     def uncached_tokens(self) -> int:
@@ -247,33 +292,29 @@ def _check_breakpoints(breakpoints: Sequence[int], n: int, model: CacheModel) ->
     return bps
 
 
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two id sequences (packed, compared 4 KiB at a
-    time: the comparisons run in C)."""
-    pa = a.tobytes() if isinstance(a, array) else _pack(a)
-    pb = b.tobytes() if isinstance(b, array) else _pack(b)
-    n = min(len(pa), len(pb))
-    i, step = 0, 4096
-    while i < n and pa[i : i + step] == pb[i : i + step]:
-        i += step
-    if i >= n:
-        return n // 4
-    j = i
-    while j < n and pa[j] == pb[j]:
-        j += 1
-    return j // 4
+def common_prefix_length(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
+    """Length of the longest common prefix of two id sequences (tokens). Either may be
+    given packed (bytes of little-endian uint32); compared 4 KiB at a time, in C."""
+    return _common_prefix_bytes(_pack(a), _pack(b)) // 4
 
 
 def _state(
-    ids: Sequence[int], block_size: int, bps: tuple[int, ...], reuse: Sequence[bytes] = ()
+    ids: Sequence[int] | bytes, block_size: int, bps: tuple[int, ...], reuse: Sequence[bytes] = (), reuse_digests: bytes = b""
 ) -> tuple[PrefixState, list[bytes], bytes, dict[int, bytes]]:
     chain, tail, packed = _chain(ids, block_size, reuse)
     bp_digests = {b: _prefix_digest(chain, packed, block_size, b) for b in bps}
+    # The reused blocks' truncated digests are the previous state's own bytes when that
+    # state is the one ``reuse`` came from: the digests are chained, so checking the last
+    # reused block checks them all.
+    known = min(len(reuse), len(chain), len(reuse_digests) // HASH_BYTES)
+    if known and reuse_digests[(known - 1) * HASH_BYTES : known * HASH_BYTES] != chain[known - 1][:HASH_BYTES]:
+        known = 0
+    digests = reuse_digests[: known * HASH_BYTES] + b"".join([h[:HASH_BYTES] for h in chain[known:]])
     state = PrefixState(
-        length=len(ids),
+        length=len(packed) // 4,
         block_size=block_size,
-        block_hashes=tuple(_short(h) for h in chain),
-        tail_hash=None if tail is None else _short(tail),
+        digests=digests,
+        tail_digest=None if tail is None else _short(tail),
         breakpoints=tuple((b, _short(d)) for b, d in bp_digests.items()),
     )
     return state, chain, packed, bp_digests
@@ -286,11 +327,11 @@ def prefix_state(ids: Sequence[int], model: CacheModel, *, breakpoints: Sequence
 
 def predict_reuse(
     prev: PrefixState | None,
-    ids: Sequence[int],
+    ids: Sequence[int] | bytes,
     model: CacheModel,
     *,
     breakpoints: Sequence[int] = (),
-    prev_ids: Sequence[int] | None = None,
+    prev_ids: Sequence[int] | bytes | None = None,
     prev_chain: Sequence[bytes] | None = None,
 ) -> ReuseReport:
     """Predict the cached tokens of request ``ids`` given the previous request's state.
@@ -299,6 +340,10 @@ def predict_reuse(
     cached prefix is ``ids[:b]``); used by the ``anthropic`` model, recorded in the state.
     ``prev_ids``: the previous request's ids, optional, makes the common prefix and the
     first divergence exact (ValueError if its length is not ``prev.length``).
+    ``ids`` and ``prev_ids`` may be given packed (bytes of little-endian uint32, as
+    ``ReuseReport.packed``): nothing is then converted. ``prev_chain``: the previous
+    request's full block digests (``ReuseReport.chain``), optional, spares re-hashing
+    the common prefix.
 
     Anthropic rule (this module's exact model of it): the previous request wrote a cache
     entry at each of its breakpoints ``p`` with ``p >= min_tokens``. This request reads
@@ -311,15 +356,17 @@ def predict_reuse(
     Errors: ValueError for more than ``max_breakpoints`` breakpoints (anthropic) or a
     breakpoint outside ``1..len(ids)``.
     """
-    n = len(ids)
+    packed = _pack(ids)
+    n = len(packed) // 4
     bs = model.block_size
     bps = _check_breakpoints(breakpoints, n, model)
+    prev_packed = None if prev_ids is None else _pack(prev_ids)
     reuse: Sequence[bytes] = ()
-    if prev is not None and prev_ids is not None and prev_chain is not None and len(prev_ids) == prev.length \
+    if prev is not None and prev_packed is not None and prev_chain is not None and len(prev_packed) // 4 == prev.length \
             and prev.block_size == bs and len(prev_chain) == prev.length // bs:
         # the previous request's full digests (kept by the caller) cover the common prefix
-        reuse = prev_chain[: common_prefix_length(ids, prev_ids) // bs]
-    state, chain, packed, bp_digests = _state(ids, bs, bps, reuse)
+        reuse = prev_chain[: _common_prefix_bytes(packed, prev_packed) // 4 // bs]
+    state, chain, packed, bp_digests = _state(packed, bs, bps, reuse, prev.digests if reuse and prev else b"")
 
     if prev is None or prev.block_size != bs:
         # no previous request (or a profile change of block size): nothing to reuse
@@ -335,29 +382,27 @@ def predict_reuse(
             breakpoints=bps,
             state=state,
             chain=tuple(chain),
+            packed=packed,
         )
 
     p = prev.length
-    m = 0
-    for new_h, old_h in zip(state.block_hashes, prev.block_hashes):
-        if new_h != old_h:
-            break
-        m += 1
+    m = _common_prefix_bytes(state.digests, prev.digests) // HASH_BYTES
 
     extends = False
-    if prev_ids is not None:
-        if len(prev_ids) != p:
-            raise ValueError(f"prev_ids has {len(prev_ids)} tokens, previous state {p}")
-        common = m * bs + common_prefix_length(ids[m * bs : m * bs + bs], prev_ids[m * bs : m * bs + bs])
+    if prev_packed is not None:
+        if len(prev_packed) // 4 != p:
+            raise ValueError(f"prev_ids has {len(prev_packed) // 4} tokens, previous state {p}")
+        lo, hi = 4 * m * bs, 4 * (m * bs + bs)
+        common = m * bs + _common_prefix_bytes(packed[lo:hi], prev_packed[lo:hi]) // 4
         exact = True
         extends = common == p
     else:
         common = m * bs
         exact = False
-        prev_full = len(prev.block_hashes)
+        prev_full = prev.n_blocks
         if m == prev_full and n >= p:
             # every full block of the previous request matched; check its partial tail
-            if prev.tail_hash is None or _short(_prefix_digest(chain, packed, bs, p)) == prev.tail_hash:
+            if prev.tail_digest is None or _short(_prefix_digest(chain, packed, bs, p)) == prev.tail_digest:
                 common, exact, extends = p, True, True
         elif m == len(chain) and n <= p and n % bs == 0:
             exact = True  # the new request is a prefix of the previous one, ending on a block
@@ -399,4 +444,5 @@ def predict_reuse(
         breakpoints=bps,
         state=state,
         chain=tuple(chain),
+        packed=packed,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from typing import Any, Mapping
 
 from app.domain.layout import Conversation, LeafMessage
@@ -21,12 +22,19 @@ def _sha(value: Any) -> str:
 
 
 def _leaf_key(m: LeafMessage) -> list[Any]:
+    return [m.seq, m.role, _leaf_digest(m)]
+
+
+@lru_cache(maxsize=65536)
+def _leaf_digest(m: LeafMessage) -> str:
+    """16 hex chars of sha256 over the message's role, content, call id, reasoning and
+    calls (memoized: a session's leaf is mostly the previous request's messages)."""
     digest = hashlib.sha256()
     for part in (m.role, m.content, m.call_id or "", m.reasoning or "",
                  *(f"{c.call_id}\x1f{c.name}\x1f{c.arguments}" for c in m.tool_calls)):
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\x1e")
-    return [m.seq, m.role, digest.hexdigest()[:16]]
+    return digest.hexdigest()[:16]
 
 
 def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str,
             prev_state = None
     prev_ids = prev_chain = None
     remembered = memo.previous_request(session_id, fmt)
-    if prev_state is not None and remembered is not None and len(remembered[0]) == prev_state.length:
+    if prev_state is not None and remembered is not None and len(remembered[0]) // 4 == prev_state.length:
         prev_ids, prev_chain = remembered
     if prev_state is not None and prev_state.block_size != model.block_size:
         prev_state = None
@@ -105,7 +105,7 @@ def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str,
         info["first_divergence"] = explain_divergence(prev_layout, layout, report.first_divergence_offset)
         metrics.TRUNK_REWRITES.labels(profile.name, info["first_divergence"]["zone"]).inc()
     repo.put_prefix_state(db, session_id, fmt, report.state.to_json(), layout)
-    memo.remember_request(session_id, fmt, ids, report.chain)
+    memo.remember_request(session_id, fmt, report.packed, report.chain)
     return report, info
 
 
@@ -134,7 +134,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     events = memo.events(db, session_id, row.last_seq)
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
-                               render_reasoning=profile.render_reasoning)
+                               render_reasoning=profile.render_reasoning,
+                               leaf_cache=memo.leaf_cache(session_id))
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
         assert stored == handle  # content-addressed: the note names exactly what is stored
@@ -166,7 +167,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}
     manifest["id"] = repo.add_manifest(db, session_id=session_id, fmt=fmt, last_seq=row.last_seq, request_sha256=digest,
                                        tokens_total=m.total, manifest=manifest)
-    repo.advance_cut(db, session_id, assembly.cut_seq)
+    if assembly.cut_seq > row.cut_seq:
+        repo.advance_cut(db, session_id, assembly.cut_seq)
     _observe(profile, fmt, assembly, reuse, elided_tokens, capped_tokens)
     return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
 

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
+
+
+def json_dumps(value: Any) -> str:
+    """JSON columns' serializer: orjson (several times faster than ``json`` on the large
+    manifests and prefix states a GET writes), falling back to ``json`` for what orjson
+    refuses (integers beyond 64 bits, NaN)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
+    except (TypeError, ValueError):
+        return json.dumps(value, ensure_ascii=False)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """JSON columns' deserializer: orjson, falling back to ``json`` (NaN, Infinity)."""
+    try:
+        return orjson.loads(text)
+    except ValueError:
+        return json.loads(text)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -16,6 +36,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     ``BEGIN IMMEDIATE``: a read that later writes (GET persists its manifest) would
     otherwise fail at once with "database is locked" when another writer committed
     after its snapshot; IMMEDIATE makes concurrent requests wait their turn instead."""
+    kwargs.setdefault("json_serializer", json_dumps)
+    kwargs.setdefault("json_deserializer", json_loads)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
 

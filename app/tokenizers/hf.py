@@ -6,6 +6,11 @@ so zone boundaries (placed before an added token) are exact token offsets and th
 concatenated ids equal ``apply_chat_template(..., tokenize=True)`` on the same messages
 (DESIGN.md section 3; tested on every request of every shared trace).
 
+Native render ("native"): for a chat template ctxd ships, a Python transliteration bound
+to the template's sha256 (:mod:`app.tokenizers.native`) renders the request in well under
+a millisecond; any other template, or input outside the shapes it handles, falls back to
+the placeholder render below.
+
 Render cache ("placeholders"): for ChatML-family templates such as Qwen3's, each message
 content is replaced by a short placeholder before rendering and substituted back after.
 The template then renders a small skeleton (milliseconds instead of ~65 ms for an
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
+import logging
 import re
 from collections import OrderedDict
 from functools import lru_cache
@@ -27,6 +34,9 @@ from typing import Any, Sequence
 
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
+from app.tokenizers.native import native_renderer, template_sha256
+
+log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
 
@@ -41,11 +51,25 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else arguments
 
 
-def template_messages(conversation: Conversation, *, render_reasoning: bool = False) -> list[dict[str, Any]]:
+@lru_cache(maxsize=16384)
+def arguments_text(arguments: str) -> str:
+    """What a template's ``arguments | tojson`` prints for :func:`parse_arguments`'s value:
+    the JSON object dumped as transformers' ``tojson`` does, else the string itself.
+    Passing this string instead of the parsed object renders the same text (a string is
+    printed verbatim), without parsing the arguments again on every request."""
+    value = parse_arguments(arguments)
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else arguments
+
+
+def template_messages(conversation: Conversation, *, render_reasoning: bool = False,
+                      arguments_as_text: bool = False) -> list[dict[str, Any]]:
     """The chat-template input for ``conversation``: system, trunk user message, leaf.
 
     Assistant ``content`` is never None (the Qwen3 template rejects it): "" instead.
+    Tool-call arguments are parsed (:func:`parse_arguments`), or with ``arguments_as_text``
+    given as the text the template would print for them (:func:`arguments_text`).
     """
+    args = arguments_text if arguments_as_text else parse_arguments
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": conversation.system},
         {"role": "user", "content": conversation.trunk},
@@ -55,7 +79,7 @@ def template_messages(conversation: Conversation, *, render_reasoning: bool = Fa
             out: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
             if m.tool_calls:
                 out["tool_calls"] = [
-                    {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": parse_arguments(c.arguments)}}
+                    {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args(c.arguments)}}
                     for c in m.tool_calls
                 ]
             if render_reasoning and m.reasoning:
@@ -115,7 +139,10 @@ class HFChatMeter:
         tokenizer: a loaded ``PreTrainedTokenizerFast``.
         encode: rendered text -> ids (a SegmentEncoder's ``encode``; default: plain encode).
         render_reasoning: render assistant ``reasoning`` (profile switch; off by default).
-        render_cache: "placeholders" (ChatML-family templates) or "none" (full render).
+        render_cache: "native" (a pinned template's Python renderer, else "placeholders"),
+            "placeholders" (ChatML-family templates) or "none" (full render).
+
+    Raises ValueError for an unknown ``render_cache``.
     """
 
     def __init__(self, tokenizer: Any, *, encoder: Any | None = None, render_reasoning: bool = False,
@@ -132,7 +159,13 @@ class HFChatMeter:
         self._heads: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._heads_lock = Lock()
         self._recent: OrderedDict[str, tuple[str, Any]] = OrderedDict()
-        self._template = self._compile(tokenizer) if render_cache == "placeholders" else None
+        if render_cache not in ("native", "placeholders", "none"):
+            raise ValueError(f"unknown render_cache {render_cache!r}; expected native, placeholders or none")
+        self._native = native_renderer(getattr(tokenizer, "chat_template", None)) if render_cache == "native" else None
+        if render_cache == "native" and self._native is None:
+            log.warning("render_cache = native: no native renderer for this chat template (sha256 %s); "
+                        "using the placeholder render", template_sha256(str(tokenizer.chat_template))[:16])
+        self._template = self._compile(tokenizer) if render_cache in ("native", "placeholders") else None
         self._special = dict(tokenizer.special_tokens_map)
 
     @staticmethod
@@ -180,6 +213,10 @@ class HFChatMeter:
                add_generation_prompt: bool = True) -> str:
         """The chat template's text for ``messages`` (same output as
         ``tokenizer.apply_chat_template(..., tokenize=False)``)."""
+        if self._native is not None:
+            text = self._native(messages, tools, add_generation_prompt)
+            if text is not None:
+                return text
         if self._template is None or any(_marked(m) for m in messages):
             return str(self.tokenizer.apply_chat_template(
                 messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt, tokenize=False))
@@ -239,7 +276,8 @@ class HFChatMeter:
 
         tools = root tokens with the declarations - root tokens without them (the template
         renders the trunk and leaf identically either way; checked on the trunk)."""
-        messages = template_messages(conversation, render_reasoning=self.render_reasoning)
+        messages = template_messages(conversation, render_reasoning=self.render_reasoning,
+                                     arguments_as_text=self._native is not None)
         tools = list(conversation.tools)
         text = self.render(messages, tools)
         trunk_start, leaf_start, bare_root = self._head(messages, tools or None)
@@ -258,29 +296,28 @@ class HFChatMeter:
                 self._recent.move_to_end(head_key)
                 while len(self._recent) > 64:
                     self._recent.popitem(last=False)
-            ids = encoded.ids
+            ids = encoded.id_array
             root_n = encoded.token_offset_at(trunk_start)
             leaf_at = encoded.token_offset_at(leaf_start)
-            zone_stats = {z: {"hits": 0, "misses": 0} for z in ("root", "trunk", "leaf")}
-            for i, status in enumerate(encoded.status):
-                if status == "added":
-                    continue
-                start = encoded.char_offsets[i]
-                zone = "root" if start < trunk_start else "trunk" if start < leaf_start else "leaf"
-                zone_stats[zone]["hits" if status == "hit" else "misses"] += 1
-            stats["segments"] = zone_stats
+            # segments by zone: zone starts are segment boundaries, so slices of status
+            offsets, status = encoded.char_offsets, encoded.status
+            cuts = (0, bisect_left(offsets, trunk_start), bisect_left(offsets, leaf_start), len(status))
+            stats["segments"] = {
+                zone: {"hits": part.count("hit"), "misses": part.count("miss")}
+                for z, zone in enumerate(("root", "trunk", "leaf"))
+                for part in (status[cuts[z] : cuts[z + 1]],)}
         else:
             root_ids = self.tokenizer.encode(text[:trunk_start], add_special_tokens=False)
             trunk_ids = self.tokenizer.encode(text[trunk_start:leaf_start], add_special_tokens=False)
             leaf_ids = self.tokenizer.encode(text[leaf_start:], add_special_tokens=False)
-            ids = root_ids + trunk_ids + leaf_ids
+            ids = tuple(root_ids + trunk_ids + leaf_ids)
             root_n, leaf_at = len(root_ids), len(root_ids) + len(trunk_ids)
         by_zone = {"root": root_n, "trunk": leaf_at - root_n, "leaf": len(ids) - leaf_at}
         tool_tokens = by_zone["root"] - bare_root if tools else 0
         by_role = {"system": by_zone["root"] - tool_tokens, "tools": tool_tokens,
                    "task_state": by_zone["trunk"], "observations": by_zone["leaf"]}
-        return Measurement(total=len(ids), by_zone=by_zone, by_role=by_role, ids=tuple(ids),
+        return Measurement(total=len(ids), by_zone=by_zone, by_role=by_role, ids=ids,
                            extra={"text": text, "zone_chars": (trunk_start, leaf_start), **stats})
 
 
-__all__ = ["HFChatMeter", "inert", "openai_to_template_messages", "parse_arguments", "template_messages"]
+__all__ = ["HFChatMeter", "arguments_text", "inert", "openai_to_template_messages", "parse_arguments", "template_messages"]

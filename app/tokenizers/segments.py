@@ -492,14 +492,19 @@ class EncodedText:
     token, id known without encoding), ``"hit"`` or ``"miss"``.
     """
 
-    ids: list[int] = field(repr=False)
+    id_array: array = field(repr=False)  # uint32, native byte order
     char_offsets: tuple[int, ...] = field(repr=False)
     token_offsets: tuple[int, ...] = field(repr=False)
     status: tuple[str, ...] = field(repr=False)
     stats: EncodeStats
 
+    @property
+    def ids(self) -> list[int]:
+        """The token ids as a list (a copy of ``id_array``)."""
+        return self.id_array.tolist()
+
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.id_array)
 
     @property
     def n_segments(self) -> int:
@@ -518,7 +523,7 @@ class EncodedText:
         return i < len(self.char_offsets) and self.char_offsets[i] == char_pos
 
     def segment_tokens(self, i: int) -> list[int]:
-        return self.ids[self.token_offsets[i] : self.token_offsets[i + 1]]
+        return self.id_array[self.token_offsets[i] : self.token_offsets[i + 1]].tolist()
 
 
 # ---------------------------------------------------------------------------------------
@@ -715,7 +720,7 @@ class SegmentEncoder:
             total_seconds=t5 - t0,
         )
         return EncodedText(
-            ids=out.tolist(),
+            id_array=out,
             char_offsets=tuple(char_offsets),
             token_offsets=tuple(token_offsets),
             status=tuple(status),
@@ -744,7 +749,7 @@ class SegmentEncoder:
         kept = i
         stats = tail.stats
         return EncodedText(
-            ids=previous.ids[:base] + tail.ids,
+            id_array=previous.id_array[:base] + tail.id_array,
             char_offsets=previous.char_offsets[:kept] + tuple(cut + c for c in tail.char_offsets),
             token_offsets=previous.token_offsets[:kept] + tuple(base + t for t in tail.token_offsets),
             status=tuple("hit" if st == "miss" else st for st in previous.status[:kept]) + tail.status,

@@ -259,3 +259,37 @@ def test_incremental_chain_equals_full(prev_ids: list[int], tail: list[int], cut
     full = predict_reuse(first.state, ids, model, prev_ids=prev_ids)
     fast = predict_reuse(first.state, ids, model, prev_ids=prev_ids, prev_chain=first.chain)
     assert fast == full and fast.state == full.state and fast.chain == full.chain
+
+
+def test_version_1_state_is_still_read() -> None:
+    """States written before the packed format (one 16-hex string per block) still load."""
+    ids = _ids(100)
+    state = prefix_state(ids, VLLM, breakpoints=[50])
+    v1 = {"v": 1, "length": state.length, "block_size": 16, "block_hashes": list(state.block_hashes),
+          "tail_hash": state.tail_digest.hex(), "breakpoints": [[50, state.breakpoints[0][1].hex()]]}
+    assert PrefixState.from_json(v1) == state
+    assert predict_reuse(PrefixState.from_json(v1), ids + [7], VLLM).first_divergence_offset is None
+
+
+@given(base=seq, ext=st.lists(token, max_size=40), cut=st.integers(0, 200))
+def test_packed_ids_and_reused_chain_give_the_same_report(base: list[int], ext: list[int], cut: int) -> None:
+    """ids as lists or packed bytes, with or without the previous chain: one answer."""
+    from app.domain.prefix import _pack
+
+    first = predict_reuse(None, base, VLLM)
+    new = base[: min(cut, len(base))] + ext
+    plain = predict_reuse(first.state, new, VLLM, prev_ids=base)
+    fast = predict_reuse(first.state, _pack(new), VLLM, prev_ids=first.packed, prev_chain=first.chain)
+    assert fast == plain
+    assert fast.state.digests == prefix_state(new, VLLM).digests
+    assert fast.packed == _pack(new)
+
+
+def test_inconsistent_previous_chain_is_not_trusted() -> None:
+    """A remembered chain that is not the stored state's (another worker's request of the
+    same length) must not leak the state's digests into the new state."""
+    a, b = _ids(64, seed=1), _ids(64, seed=2)
+    state_a = predict_reuse(None, a, VLLM).state
+    report_b = predict_reuse(None, b, VLLM)
+    got = predict_reuse(state_a, b + [1], VLLM, prev_ids=report_b.packed, prev_chain=report_b.chain)
+    assert got.state.digests == prefix_state(b + [1], VLLM).digests

@@ -173,3 +173,34 @@ def test_window_policy_invariants(turns: list[list[int]], window: int, cap: int)
     except PinnedOverBudget:
         return  # the newest group can still not fit a tiny window: an honest refusal
     check_invariants(result, events, budget)
+
+
+def test_leaf_cache_across_calls_gives_the_same_assembly() -> None:
+    """A leaf_cache kept across calls (as the service keeps one per session) changes
+    nothing: same conversation, items and counts as without it, as events arrive one by
+    one (pending calls resolving, eviction, a late parallel result)."""
+    events = session_events([[30, 20], [25], [40, 10, 5], [30], [35], [20, 20]])
+    budget = Budget(window=420, output_reserve=50, headroom=10, low_watermark=260)
+    cache: dict = {}
+    cut_with = cut_without = 0
+    for n in range(1, len(events) + 1):
+        prefix = events[:n]
+        kwargs = dict(budget=budget, meter=WordMeter(), item_cap_tokens=30, render_reasoning=False)
+        with_cache = assemble_window(SESSION, prefix, previous_cut_seq=cut_with, leaf_cache=cache, **kwargs)
+        without = assemble_window(SESSION, prefix, previous_cut_seq=cut_without, **kwargs)
+        assert with_cache.conversation == without.conversation
+        assert with_cache.items == without.items and with_cache.elided == without.elided
+        assert with_cache.measurement.total == without.measurement.total
+        cut_with, cut_without = with_cache.cut_seq, without.cut_seq
+    assert cut_with > 0, "the scenario evicts"
+
+
+def test_leaf_cache_distinguishes_the_item_cap_and_the_meter() -> None:
+    events = session_events([[80]])
+    budget = Budget(window=10_000, output_reserve=100, headroom=0)
+    cache: dict = {}
+    small = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=20, leaf_cache=cache)
+    large = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000, leaf_cache=cache)
+    assert small.measurement.total < large.measurement.total
+    assert any(i.get("representation") == "head_tail" for i in small.items)
+    assert not any(i.get("representation") == "head_tail" for i in large.items)

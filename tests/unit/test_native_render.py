@@ -1,0 +1,160 @@
+"""The native Qwen3 renderer equals transformers' own (sandboxed Jinja) render of the
+bundled chat template, on generated conversations that exercise every branch of the
+template; other templates and other input shapes fall back to Jinja."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.domain.layout import Conversation, LeafMessage, LeafToolCall
+from app.tokenizers.hf import HFChatMeter, arguments_text, parse_arguments, template_messages
+from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
+from app.tokenizers.native import (QWEN3_TEMPLATE_SHA256, native_renderer, render_qwen3,
+                                   template_sha256)
+
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+EDIT = {"type": "function", "function": {"name": "edit", "description": "Édit ✓", "parameters": {"type": "object"}}}
+
+TRICKY = ["", "\n", "\n\nlead", "<think>\nhmm\n</think>\n\nanswer", "a</think>b</think>c", "<think>x",
+          "</think>", "<tool_response>\nx\n</tool_response>", "<tool_response>", "x</tool_response>",
+          "<|im_start|>user\ninjected<|im_end|>", "trailing\n\n", "é ✓ 中文", "{{ messages }}", "{% raw %}"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_hf_tokenizer(qwen3_tokenizer_dir())
+
+
+def official(tok, messages, tools, add_generation_prompt=True) -> str:
+    return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
+
+
+def test_bundled_template_is_pinned(tok) -> None:
+    assert template_sha256(tok.chat_template) == QWEN3_TEMPLATE_SHA256
+    assert native_renderer(tok.chat_template) is render_qwen3
+    assert native_renderer(tok.chat_template + " ") is None
+    assert native_renderer(None) is None
+
+
+text = st.one_of(st.sampled_from(TRICKY), st.text(max_size=20))
+arguments = st.one_of(
+    st.dictionaries(st.sampled_from(["command", "path", "é"]), st.one_of(st.text(max_size=8), st.integers()), max_size=2),
+    st.sampled_from(['{"command": "ls"}', "not json", "[1, 2]", '"str"', "", "{\"a\":1}"]),
+)
+
+
+@st.composite
+def tool_call(draw):
+    fn = {"name": draw(st.sampled_from(["bash", "edit", "é"])), "arguments": draw(arguments)}
+    if draw(st.booleans()):
+        return {"id": "c1", "type": "function", "function": fn}
+    return fn
+
+
+@st.composite
+def message(draw):
+    role = draw(st.sampled_from(["user", "assistant", "assistant", "tool", "tool", "system"]))
+    m = {"role": role, "content": draw(text)}
+    if role == "assistant":
+        if draw(st.booleans()):
+            m["tool_calls"] = draw(st.lists(tool_call(), max_size=3))
+        if draw(st.booleans()):
+            m["reasoning_content"] = draw(st.one_of(st.none(), text))
+    if role == "tool" and draw(st.booleans()):
+        m |= {"tool_call_id": "c1", "name": "bash"}
+    return m
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.one_of(st.none(), text), rest=st.lists(message(), max_size=8),
+       tools=st.sampled_from([None, [], [BASH], [BASH, EDIT]]), gen=st.booleans())
+def test_equals_official_render(tok, first, rest, tools, gen) -> None:
+    messages = ([{"role": "system", "content": first}] if first is not None else []) + rest
+    if not messages:
+        return
+    assert render_qwen3(messages, tools, gen) == official(tok, messages, tools, gen)
+
+
+def test_every_branch_by_example(tok) -> None:
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "<think>\nold\n</think>\n\nplan", "tool_calls": [
+            {"type": "function", "function": {"name": "bash", "arguments": {"command": "ls é"}}},
+            {"name": "edit", "arguments": "raw text"}]},
+        {"role": "tool", "content": "out1"}, {"role": "tool", "content": "out2"},
+        {"role": "user", "content": "<tool_response>\nwrapped\n</tool_response>"},
+        {"role": "assistant", "content": "", "reasoning_content": "\nwhy\n", "tool_calls": [
+            {"function": {"name": "bash", "arguments": {}}}]},
+        {"role": "tool", "content": ""},
+        {"role": "system", "content": "late system"},
+        {"role": "assistant", "content": "\nlast"},
+    ]
+    for tools in (None, [BASH]):
+        for gen in (True, False):
+            assert render_qwen3(messages, tools, gen) == official(tok, messages, tools, gen)
+
+
+@pytest.mark.parametrize("bad", [
+    [{"role": "user", "content": [{"type": "text", "text": "parts"}]}],
+    [{"role": "developer", "content": "x"}],
+    [{"role": "user", "content": "x", "extra": 1}],
+    [{"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": [1]}}]}],
+    [{"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": 3, "arguments": "{}"}}]}],
+    [{"role": "assistant", "content": "x", "reasoning_content": 5}],
+    [],
+])
+def test_other_shapes_fall_back_to_jinja(tok, bad) -> None:
+    assert render_qwen3(bad, None, True) is None
+    meter = HFChatMeter(tok, render_cache="native")
+    if bad and bad[0]["role"] == "user" and isinstance(bad[0]["content"], str):
+        assert meter.render(bad, None) == official(tok, bad, None)
+
+
+def test_meter_uses_native_and_measures_exactly(tok) -> None:
+    leaf = (LeafMessage(role="assistant", content="let me look", seq=1,
+                        tool_calls=(LeafToolCall("c1", "bash", '{"command": "cat x.py", "é": 1}'),
+                                    LeafToolCall("c2", "bash", "not json"))),
+            LeafMessage(role="tool", content="print(1)\n", call_id="c1", name="bash", seq=2),
+            LeafMessage(role="tool", content="error", call_id="c2", name="bash", seq=3))
+    conv = Conversation(system="You are a helpful assistant.", tools=(BASH,), trunk="Fix the bug.", leaf=leaf)
+    native = HFChatMeter(tok, render_cache="native")
+    full = HFChatMeter(tok, render_cache="none")
+    assert native._native is render_qwen3
+    m = native.measure(conv)
+    expected = tok.apply_chat_template(template_messages(conv), tools=[BASH], add_generation_prompt=True,
+                                       tokenize=True, return_dict=False)
+    assert list(m.ids) == list(expected)
+    assert m.by_zone == full.measure(conv).by_zone
+    assert m.extra["text"] == official(tok, template_messages(conv), [BASH])
+
+
+def test_arguments_text_prints_what_tojson_prints() -> None:
+    for raw in ['{"command": "ls -la", "n": 2}', '{"é": "✓"}', "[1]", "oops", "", '"s"']:
+        value = parse_arguments(raw)
+        assert arguments_text(raw) == (raw if isinstance(value, str) else __import__("json").dumps(value, ensure_ascii=False))
+
+
+def test_other_template_warns_and_uses_placeholders(tok, caplog) -> None:
+    class Other:
+        def __init__(self, inner):
+            self._inner = inner
+            self.chat_template = inner.chat_template.replace("# Tools", "# Tools ")
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    with caplog.at_level(logging.WARNING):
+        meter = HFChatMeter(Other(tok), render_cache="native")
+    assert meter._native is None and meter._template is not None
+    assert "no native renderer" in caplog.text
+
+
+def test_unknown_render_cache_is_rejected(tok) -> None:
+    with pytest.raises(ValueError, match="unknown render_cache"):
+        HFChatMeter(tok, render_cache="fast")
