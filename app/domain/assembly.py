@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import attrgetter
 from collections.abc import MutableMapping
 from typing import Any, Sequence
 
@@ -27,6 +29,7 @@ from app.domain.types import (
     TurnGroup,
 )
 
+_SEQ = attrgetter("seq")
 SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the API resolves prefixes)
 
 
@@ -68,31 +71,34 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
     assistant message without calls is a group of its own. Returns the groups, the
     latest step (shown at the end of the leaf) and the artifact writes (bookkeeping).
     """
-    groups: list[TurnGroup] = []
+    messages: list[MessageEvent] = []
     owner: dict[str, int] = {}
-    results: dict[int, list[ToolResultEvent]] = {}
+    got: list[dict[str, ToolResultEvent]] = []
     step: StepEvent | None = None
     writes: list[ArtifactWriteEvent] = []
-    for event in sorted(events, key=lambda e: e.seq):
+    for event in sorted(events, key=_SEQ):
         if isinstance(event, MessageEvent):
-            index = len(groups)
-            groups.append(TurnGroup(message=event))
-            results[index] = []
+            index = len(messages)
+            messages.append(event)
+            got.append({})
             for call in event.tool_calls:
                 owner[call.call_id] = index
         elif isinstance(event, ToolResultEvent):
-            if event.call_id in owner:  # ingestion guarantees it; stay total anyway
-                results[owner[event.call_id]].append(event)
+            index = owner.get(event.call_id, -1)
+            if index >= 0:  # ingestion guarantees it; stay total anyway
+                got[index][event.call_id] = event
         elif isinstance(event, StepEvent):
             step = event
         else:
             writes.append(event)
     out = []
-    for index, group in enumerate(groups):
-        got = {r.call_id: r for r in results[index]}
-        ordered = tuple(got[c.call_id] for c in group.message.tool_calls if c.call_id in got)
-        pending = tuple(c.call_id for c in group.message.tool_calls if c.call_id not in got)
-        out.append(TurnGroup(message=group.message, results=ordered, pending=pending))
+    for message, results in zip(messages, got):
+        if not message.tool_calls:
+            out.append(TurnGroup(message=message))
+            continue
+        ordered = tuple(results[c.call_id] for c in message.tool_calls if c.call_id in results)
+        pending = tuple(c.call_id for c in message.tool_calls if c.call_id not in results)
+        out.append(TurnGroup(message=message, results=ordered, pending=pending))
     return out, step, writes
 
 
@@ -124,6 +130,14 @@ def observation_text(result: ToolResultEvent, body: str) -> str:
     return ("\n".join(header) + "\n" + body) if header else body
 
 
+@lru_cache(maxsize=16384)
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
 def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
     """Layout warnings for tool calls the request shows that the model could not have made
     validly: a tool the session does not declare, or arguments that are not a JSON object.
@@ -134,11 +148,7 @@ def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
         for call in group.message.tool_calls:
             if declared and call.name not in declared:
                 out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
-            try:
-                valid = isinstance(json.loads(call.arguments), dict)
-            except ValueError:
-                valid = False
-            if not valid:
+            if not _is_json_object(call.arguments):
                 out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object; "
                            "rendered as the text given")
     return out

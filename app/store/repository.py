@@ -211,8 +211,10 @@ def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
 def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     from app.store.tables import PrefixStateRow
 
-    row = db.get(PrefixStateRow, (session_id, fmt))
-    return (row.state, row.layout) if row else None
+    # a Core select of the two columns: no ORM object for a row that is replaced on every GET
+    row = db.execute(select(PrefixStateRow.state, PrefixStateRow.layout)
+                     .where(PrefixStateRow.session_id == session_id, PrefixStateRow.format == fmt)).first()
+    return (row[0], row[1]) if row else None
 
 
 def put_prefix_state(db: OrmSession, session_id: str, fmt: str, state: dict[str, Any], layout: dict[str, Any]) -> None:

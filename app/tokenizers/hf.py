@@ -30,9 +30,9 @@ import re
 from collections import OrderedDict
 from functools import lru_cache
 from threading import Lock
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from app.domain.layout import Conversation
+from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.tokenizers.native import native_renderer, template_sha256
 
@@ -67,29 +67,40 @@ def template_messages(conversation: Conversation, *, render_reasoning: bool = Fa
 
     Assistant ``content`` is never None (the Qwen3 template rejects it): "" instead.
     Tool-call arguments are parsed (:func:`parse_arguments`), or with ``arguments_as_text``
-    given as the text the template would print for them (:func:`arguments_text`).
+    given as the text the template would print for them (:func:`arguments_text`); the
+    leaf's dicts are then memoized per leaf message and shared between calls: treat
+    them as read-only (the renderers and transformers' template only read them).
     """
-    args = arguments_text if arguments_as_text else parse_arguments
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": conversation.system},
         {"role": "user", "content": conversation.trunk},
     ]
-    for m in conversation.leaf:
-        if m.role == "assistant":
-            out: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
-            if m.tool_calls:
-                out["tool_calls"] = [
-                    {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args(c.arguments)}}
-                    for c in m.tool_calls
-                ]
-            if render_reasoning and m.reasoning:
-                out["reasoning_content"] = m.reasoning
-            messages.append(out)
-        elif m.role == "tool":
-            messages.append({"role": "tool", "tool_call_id": m.call_id, "name": m.name, "content": m.content})
-        else:
-            messages.append({"role": m.role, "content": m.content})
+    if arguments_as_text:
+        messages.extend(_shared_template_message(m, render_reasoning) for m in conversation.leaf)
+    else:
+        messages.extend(_template_message(m, render_reasoning, parse_arguments) for m in conversation.leaf)
     return messages
+
+
+def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[str], Any]) -> dict[str, Any]:
+    if m.role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
+        if m.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args(c.arguments)}}
+                for c in m.tool_calls
+            ]
+        if render_reasoning and m.reasoning:
+            out["reasoning_content"] = m.reasoning
+        return out
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.call_id, "name": m.name, "content": m.content}
+    return {"role": m.role, "content": m.content}
+
+
+@lru_cache(maxsize=65536)
+def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
+    return _template_message(m, render_reasoning, arguments_text)
 
 
 def openai_to_template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

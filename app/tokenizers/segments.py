@@ -530,8 +530,15 @@ class EncodedText:
 # the encoder
 
 
+_AS_REUSED = {"added": "added", "hit": "hit", "miss": "hit"}  # a reused segment counts as a hit
+
+
 def _common_prefix_chars(a: str, b: str) -> int:
     """Length of the common prefix of two strings (compared 4096 characters at a time)."""
+    if a.startswith(b):  # the usual case: a request extends the previous one (no copies)
+        return len(b)
+    if b.startswith(a):
+        return len(a)
     n = min(len(a), len(b))
     i, step = 0, 4096
     while i < n and a[i : i + step] == b[i : i + step]:
@@ -747,16 +754,17 @@ class SegmentEncoder:
         cut, base = previous.char_offsets[i], previous.token_offsets[i]
         tail = self.encode(text[cut:])
         kept = i
+        kept_status = previous.status[:kept]
         stats = tail.stats
         return EncodedText(
             id_array=previous.id_array[:base] + tail.id_array,
             char_offsets=previous.char_offsets[:kept] + tuple(cut + c for c in tail.char_offsets),
             token_offsets=previous.token_offsets[:kept] + tuple(base + t for t in tail.token_offsets),
-            status=tuple("hit" if st == "miss" else st for st in previous.status[:kept]) + tail.status,
+            status=tuple(map(_AS_REUSED.__getitem__, kept_status)) + tail.status,
             stats=EncodeStats(
                 segments=kept + stats.segments, added_token_segments=stats.added_token_segments,
                 text_segments=stats.text_segments, unique_text_segments=stats.unique_text_segments,
-                hits=stats.hits + sum(1 for st in previous.status[:kept] if st != "added"), misses=stats.misses,
+                hits=stats.hits + kept - kept_status.count("added"), misses=stats.misses,
                 encoded=stats.encoded, hit_tokens=stats.hit_tokens + base, miss_tokens=stats.miss_tokens,
                 lookup_seconds=stats.lookup_seconds, encode_seconds=stats.encode_seconds,
                 store_seconds=stats.store_seconds, total_seconds=time.perf_counter() - t0),
