@@ -177,6 +177,10 @@ def _short(d: bytes) -> bytes:
 
 def _common_prefix_bytes(a: bytes, b: bytes) -> int:
     """Length of the common prefix of two byte strings (compared 4 KiB at a time, in C)."""
+    if a.startswith(b):  # the usual case: a request extends the previous one
+        return len(b)
+    if b.startswith(a):
+        return len(a)
     n = min(len(a), len(b))
     i, step = 0, 4096
     while i < n and a[i : i + step] == b[i : i + step]:
