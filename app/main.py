@@ -47,6 +47,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             token_cache = LocalLRUCache(settings.local_cache_bytes)
         meter_registry = MeterRegistry(token_cache)
+        from app.services.memo import AssemblyMemo, install_memo
+
+        install_memo(meter_registry, AssemblyMemo(max_bytes=settings.memo_bytes))
         app.state.token_cache = token_cache
         app.state.settings = settings
         app.state.engine = engine

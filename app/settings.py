@@ -25,6 +25,8 @@ class Settings(BaseSettings):
         profiles_path: a TOML file of profiles that overrides/extends the shipped ones.
         default_profile: profile used when a session names none.
         local_cache_bytes: byte bound of the in-process token cache.
+        memo_bytes: byte bound (estimated) of the per-session assembly memo: parsed
+            events, leaf messages, the previous request's ids (app/services/memo.py).
         redis_timeout_seconds: socket timeout for Redis; past it ctxd encodes locally.
         redis_ttl_seconds: lifetime of a cached segment in Redis.
     """
@@ -37,6 +39,7 @@ class Settings(BaseSettings):
     profiles_path: Path | None = None
     default_profile: str = "qwen3"
     local_cache_bytes: int = 256 * 1024 * 1024
+    memo_bytes: int = 256 * 1024 * 1024
     redis_timeout_seconds: float = 0.05
     redis_ttl_seconds: int = 7 * 24 * 3600
     log_level: str = "info"

@@ -42,7 +42,7 @@ import sys
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, AnyStr, Literal, cast
 
 __all__ = [
     "CacheModel",
@@ -50,6 +50,7 @@ __all__ = [
     "PrefixState",
     "ReuseReport",
     "block_hashes",
+    "common_prefix_len",
     "predict_reuse",
     "prefix_state",
 ]
@@ -175,8 +176,9 @@ def _short(d: bytes) -> bytes:
     return d[:HASH_BYTES]
 
 
-def _common_prefix_bytes(a: bytes, b: bytes) -> int:
-    """Length of the common prefix of two byte strings (compared 4 KiB at a time, in C)."""
+def common_prefix_len(a: AnyStr, b: AnyStr) -> int:
+    """Length of the common prefix of two strings or two byte strings (compared 4 Ki items
+    at a time, in C; the usual case, one extending the other, costs one comparison)."""
     if a.startswith(b):  # the usual case: a request extends the previous one
         return len(b)
     if b.startswith(a):
@@ -299,7 +301,7 @@ def _check_breakpoints(breakpoints: Sequence[int], n: int, model: CacheModel) ->
 def common_prefix_length(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
     """Length of the longest common prefix of two id sequences (tokens). Either may be
     given packed (bytes of little-endian uint32); compared 4 KiB at a time, in C."""
-    return _common_prefix_bytes(_pack(a), _pack(b)) // 4
+    return common_prefix_len(_pack(a), _pack(b)) // 4
 
 
 def _state(
@@ -369,7 +371,7 @@ def predict_reuse(
     if prev is not None and prev_packed is not None and prev_chain is not None and len(prev_packed) // 4 == prev.length \
             and prev.block_size == bs and len(prev_chain) == prev.length // bs:
         # the previous request's full digests (kept by the caller) cover the common prefix
-        reuse = prev_chain[: _common_prefix_bytes(packed, prev_packed) // 4 // bs]
+        reuse = prev_chain[: common_prefix_len(packed, prev_packed) // 4 // bs]
     state, chain, packed, bp_digests = _state(packed, bs, bps, reuse, prev.digests if reuse and prev else b"")
 
     if prev is None or prev.block_size != bs:
@@ -390,14 +392,14 @@ def predict_reuse(
         )
 
     p = prev.length
-    m = _common_prefix_bytes(state.digests, prev.digests) // HASH_BYTES
+    m = common_prefix_len(state.digests, prev.digests) // HASH_BYTES
 
     extends = False
     if prev_packed is not None:
         if len(prev_packed) // 4 != p:
             raise ValueError(f"prev_ids has {len(prev_packed) // 4} tokens, previous state {p}")
         lo, hi = 4 * m * bs, 4 * (m * bs + bs)
-        common = m * bs + _common_prefix_bytes(packed[lo:hi], prev_packed[lo:hi]) // 4
+        common = m * bs + common_prefix_len(packed[lo:hi], prev_packed[lo:hi]) // 4
         exact = True
         extends = common == p
     else:

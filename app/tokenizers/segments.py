@@ -59,6 +59,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.domain.prefix import common_prefix_len
+
 if TYPE_CHECKING:  # pragma: no cover
     import redis
 
@@ -533,23 +535,6 @@ class EncodedText:
 _AS_REUSED = {"added": "added", "hit": "hit", "miss": "hit"}  # a reused segment counts as a hit
 
 
-def _common_prefix_chars(a: str, b: str) -> int:
-    """Length of the common prefix of two strings (compared 4096 characters at a time)."""
-    if a.startswith(b):  # the usual case: a request extends the previous one (no copies)
-        return len(b)
-    if b.startswith(a):
-        return len(a)
-    n = min(len(a), len(b))
-    i, step = 0, 4096
-    while i < n and a[i : i + step] == b[i : i + step]:
-        i += step
-    if i >= n:
-        return n
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _probe_texts(specs: Sequence[AddedTokenSpec]) -> list[str]:
     probes = ["", "plain text only", " \n\t leading and trailing ws \n ", "é e\u0301 Å", "ab" * 40]
     contents = [s.content for s in specs][:64]
@@ -745,7 +730,7 @@ class SegmentEncoder:
         if not self._incremental_safe:
             return self.encode(text)
         t0 = time.perf_counter()
-        common = _common_prefix_chars(text, previous_text) - self._max_added_len
+        common = common_prefix_len(text, previous_text) - self._max_added_len
         i = bisect_right(previous.char_offsets, common) - 1
         while i > 0 and not (i < len(previous.status) and previous.status[i] == "added"):
             i -= 1
