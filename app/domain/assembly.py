@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from collections.abc import MutableMapping
-from typing import Any, Sequence
+from typing import Any
 
 from app.domain.budget import Budget, check_pinned
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
@@ -298,7 +298,7 @@ def assemble_window(
     evictions and, once over the limit, the request shrinks to ``budget.eviction_target``.
 
     ``leaf_cache``: an optional mapping kept across calls (the service keeps one per
-    process, bounded) from what a turn group's leaf messages and bounded tool outputs
+    session in its bounded memo, app/services/memo.py) from what a turn group's leaf messages and bounded tool outputs
     depend on (meter, per-item cap, reasoning switch, the message event, each result's
     seq, call id, handle, payload, exit code and exception) to those values. A session's
     leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
