@@ -62,10 +62,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         write_json,
     )
 
+    from app.bench import resolve_trace
+
     err = Console(stderr=True)
     try:
         report = run_replay(
-            args.trajectory,
+            resolve_trace(args.trajectory),
             args.url,
             profile=args.profile,
             fmt=args.format,
@@ -97,7 +99,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from app.adapters.miniswe import TrajectoryFormatError
-    from app.bench import BenchError, print_bench, print_summary, run_bench, run_summary, write_json
+    from app.bench import (BenchError, print_bench, print_summary, resolve_trace, run_bench, run_summary,
+                           write_json)
     from app.domain.errors import TokenizerUnavailable, UnknownProfile
 
     err = Console(stderr=True)
@@ -105,7 +108,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     out: dict[str, object] = {}
     try:
         if not args.summary_only:
-            result = run_bench(args.trace, profile=args.profile, repeat=args.repeat, progress=progress)
+            trace = resolve_trace(args.trace) if args.trace else None
+            result = run_bench(trace, profile=args.profile, repeat=args.repeat, progress=progress)
             print_bench(result)
             out["bench"] = result
         if args.summary or args.summary_only:
@@ -196,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
             "counts beside the provider's recorded usage (a different tokenizer: reference only)."
         ),
     )
-    p.add_argument("trajectory", help="path to a *.traj.json file")
+    p.add_argument("trajectory", help="a *.traj.json file: a path, or a file name in the shared traces "
+                                      "directory (../shared/traces/miniswe or /work/shared/traces/miniswe)")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
     p.add_argument("--profile", default="qwen3", help="model profile (default: %(default)s)")
     p.add_argument(
@@ -215,11 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
             "Replay a trajectory in process (real service functions, SQLite in a temp dir) and time "
             "every GET with a warm segment cache, a cold one and a naive full apply_chat_template per "
             "measurement; print p50/p95 per request-size band and the targets. --summary adds "
-            "issue 2's figures over every shared trace (profile qwen3; several minutes)."
+            "the token summary over every shared trace (profile qwen3; several minutes)."
         ),
     )
-    p.add_argument("--trace", metavar="PATH", help="a *.traj.json (default: the largest shared trace, "
-                   "pylint-dev__astroid-1333__chat)")
+    p.add_argument("--trace", metavar="PATH", help="a *.traj.json, a path or a file name in the shared traces "
+                   "directory (default: the shared trace with the most messages, pylint-dev__astroid-1333__chat)")
     p.add_argument("--profile", default="qwen3-128k", help="model profile (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=1, help="replays per mode (default: %(default)s)")
     p.add_argument("--out", metavar="FILE.json", help="also write every figure as JSON")

@@ -18,6 +18,7 @@ log = logging.getLogger("ctxd")
 STATUS: dict[type[errors.DomainError], int] = {
     errors.SessionNotFound: 404,
     errors.HandleNotFound: 404,
+    errors.ManifestNotFound: 404,
     errors.NotFound: 404,
     errors.InvalidEvent: 422,
     errors.EventConflict: 409,

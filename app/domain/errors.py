@@ -28,6 +28,10 @@ class HandleNotFound(NotFound):
     title = "Handle not found"
 
 
+class ManifestNotFound(NotFound):
+    """No persisted manifest with that id in that session."""
+
+
 class InvalidEvent(DomainError):
     """An event that cannot be appended (unknown call_id, bad shape, ...)."""
 

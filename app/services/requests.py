@@ -10,7 +10,7 @@ import orjson
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
-from app.domain.errors import SessionNotFound, UnsupportedFormat
+from app.domain.errors import ManifestNotFound, SessionNotFound, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.observability import metrics
@@ -171,6 +171,36 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         repo.advance_cut(db, session_id, assembly.cut_seq)
     _observe(profile, fmt, assembly, reuse, elided_tokens, capped_tokens)
     return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
+
+
+def _manifest_summary(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "format": row.format, "last_seq": row.last_seq, "request_sha256": row.request_sha256,
+            "tokens_total": row.tokens_total, "created_at": row.created_at.isoformat()}
+
+
+def list_manifests(db: OrmSession, session_id: str, *, limit: int = 50, before_id: int | None = None) -> dict[str, Any]:
+    """The session's persisted manifests, newest first: ``{"session_id", "manifests": [{id,
+    format, last_seq, request_sha256, tokens_total, created_at}], "next_before_id"}``
+    (``next_before_id`` pages on, None on the last page). Raises SessionNotFound (404)."""
+    if repo.get_session_row(db, session_id) is None:
+        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    rows = repo.list_manifests(db, session_id, limit=limit + 1, before_id=before_id)
+    page = rows[:limit]
+    return {"session_id": session_id, "manifests": [_manifest_summary(r) for r in page],
+            "next_before_id": page[-1].id if len(rows) > limit else None}
+
+
+def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> dict[str, Any]:
+    """One persisted manifest exactly as it was served with its request (the body itself is
+    not stored: ``request_sha256`` identifies it). Raises SessionNotFound or
+    ManifestNotFound (404)."""
+    if repo.get_session_row(db, session_id) is None:
+        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    row = repo.get_manifest(db, session_id, manifest_id)
+    if row is None:
+        raise ManifestNotFound(f"no manifest {manifest_id} in session {session_id!r}", session_id=session_id,
+                               manifest_id=manifest_id)
+    return dict(row.manifest) | {"id": row.id}
 
 
 def _observe(profile: Profile, fmt: str, assembly: Assembly, reuse: ReuseReport, elided: int, capped: int) -> None:

@@ -202,6 +202,19 @@ def add_manifest(db: OrmSession, *, session_id: str, fmt: str, last_seq: int, re
     return row.id
 
 
+def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: int | None = None) -> list[ManifestRow]:
+    """The session's manifests, newest first, at most ``limit``, with ids below ``before_id``."""
+    query = select(ManifestRow).where(ManifestRow.session_id == session_id)
+    if before_id is not None:
+        query = query.where(ManifestRow.id < before_id)
+    return list(db.execute(query.order_by(ManifestRow.id.desc()).limit(limit)).scalars())
+
+
+def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> ManifestRow | None:
+    row = db.get(ManifestRow, manifest_id)
+    return row if row is not None and row.session_id == session_id else None
+
+
 def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
     db.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.cut_seq < cut_seq).values(cut_seq=cut_seq))
 

@@ -52,7 +52,9 @@ def _tools(conversation: Conversation) -> list[dict[str, Any]]:
 
 def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dict[str, Any]:
     """A body ``anthropic.Anthropic().messages.create(**body)`` accepts."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": conversation.trunk}]}]
+    # the trunk's own block carries its breakpoint, even when leaf user blocks join its message
+    trunk_block: dict[str, Any] = {"type": "text", "text": conversation.trunk, "cache_control": EPHEMERAL}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [trunk_block]}]
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
         if not blocks:
@@ -77,10 +79,10 @@ def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dic
             add("user", [block])
         elif m.content.strip():
             add("user", [{"type": "text", "text": m.content}])
-    # trunk breakpoint, then the last leaf block (the trunk's when the leaf is empty)
-    messages[0]["content"][-1]["cache_control"] = EPHEMERAL
-    if len(messages) > 1:
-        messages[-1]["content"][-1]["cache_control"] = EPHEMERAL
+    # then the last leaf block (none when the leaf is empty: the trunk block is the last)
+    last_block = messages[-1]["content"][-1]
+    if last_block is not trunk_block:
+        last_block["cache_control"] = EPHEMERAL
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     if conversation.tools:
         body["tools"] = _tools(conversation)

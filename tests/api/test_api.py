@@ -211,3 +211,33 @@ def test_reversed_line_range_says_so(client: TestClient) -> None:
     handle = hashlib.sha256(b"a\nb\nc\n").hexdigest()
     assert "a <= b" in assert_problem(client.get(f"/v1/handles/{handle}?lines=3:2"), 416)["detail"]
     assert client.get(f"/v1/handles/{handle}?lines=2:99").content == b"b\nc\n"  # clamped like sed -n
+
+
+def test_manifests_are_persisted_and_read_back(client: TestClient) -> None:
+    sid = new_session(client)
+    post(client, sid, assistant("a1", "c1"), result("r1", "c1", "print('hi')\n"))
+    served = [client.get(f"/v1/sessions/{sid}/request?format={fmt}").json()["manifest"]
+              for fmt in ("openai", "anthropic", "tokens")]
+    listing = client.get(f"/v1/sessions/{sid}/manifests").json()
+    assert [m["id"] for m in listing["manifests"]] == [m["id"] for m in reversed(served)]
+    assert listing["manifests"][0]["format"] == "tokens" and listing["next_before_id"] is None
+    for manifest in served:
+        assert client.get(f"/v1/sessions/{sid}/manifests/{manifest['id']}").json() == manifest
+    page = client.get(f"/v1/sessions/{sid}/manifests?limit=2").json()
+    assert len(page["manifests"]) == 2 and page["next_before_id"] == served[1]["id"]
+    rest = client.get(f"/v1/sessions/{sid}/manifests?limit=2&before_id={page['next_before_id']}").json()
+    assert [m["id"] for m in rest["manifests"]] == [served[0]["id"]] and rest["next_before_id"] is None
+
+
+def test_manifest_errors_are_problems(client: TestClient) -> None:
+    sid = new_session(client)
+    other = new_session(client)
+    post(client, other, assistant("a1", "c1"), result("r1", "c1", "ok"))
+    foreign = client.get(f"/v1/sessions/{other}/request").json()["manifest"]["id"]
+    assert_problem(client.get(f"/v1/sessions/{sid}/manifests/{foreign}"), 404)  # another session's
+    assert_problem(client.get(f"/v1/sessions/{sid}/manifests/999999"), 404)
+    assert_problem(client.get(f"/v1/sessions/{sid}/manifests/0"), 422)
+    assert_problem(client.get(f"/v1/sessions/{sid}/manifests/x"), 422)
+    assert_problem(client.get(f"/v1/sessions/{sid}/manifests?limit=0"), 422)
+    assert_problem(client.get("/v1/sessions/nope/manifests"), 404)
+    assert client.get(f"/v1/sessions/{sid}/manifests").json()["manifests"] == []

@@ -84,8 +84,26 @@ def test_anthropic_sdk_sends_the_served_body(client: TestClient) -> None:
     breakpoints = [b for m in messages for b in m["content"] if "cache_control" in b]
     breakpoints += [b for b in body["system"] if "cache_control" in b]
     assert 1 <= len(breakpoints) <= 4
-    assert "cache_control" in body["system"][-1] and "cache_control" in messages[0]["content"][-1]
+    assert "cache_control" in body["system"][-1]
+    trunk_block = messages[0]["content"][0]
+    assert trunk_block["text"].startswith("# Task contract")
+    assert "cache_control" in trunk_block, "the trunk's own block ends the trunk's cached prefix"
     assert "cache_control" in messages[-1]["content"][-1]
+
+
+def test_anthropic_trunk_breakpoint_stays_on_the_trunk_when_a_user_turn_joins_it(client: TestClient) -> None:
+    """A leaf that opens with a user message shares messages[0] with the trunk (strict
+    alternation); the breakpoint must still end the trunk, where the manifest predicts it."""
+    sid = new_session(client)
+    post(client, sid, {"event_id": "u0", "kind": "message", "role": "user", "content": "Please fix the bug."},
+         {"event_id": "s0", "kind": "step", "text": "Read the failing test."})
+    out = client.get(f"/v1/sessions/{sid}/request?format=anthropic").json()
+    first = out["request"]["messages"][0]
+    assert len(out["request"]["messages"]) == 1 and len(first["content"]) == 3
+    assert [("cache_control" in b) for b in first["content"]] == [True, False, True]
+    breakpoints = out["manifest"]["cache"]["breakpoints"]
+    trunk_end = out["manifest"]["tokens"]["by_zone"]["root"] + out["manifest"]["tokens"]["by_zone"]["trunk"]
+    assert trunk_end in breakpoints and out["manifest"]["tokens"]["total"] in breakpoints
 
 
 def test_tokens_format_and_identity(client: TestClient) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.api.deps import Meters, Profiles, Uow
 from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
@@ -52,6 +52,23 @@ def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
     with uow() as db:
         out = request_service.assemble_request(db, profiles, meters, session_id, fmt=format)
     return AssembledRequest(request=out.request, manifest=out.manifest)
+
+
+@router.get("/sessions/{session_id}/manifests", responses=ERRORS)
+def list_manifests(session_id: str, uow: Uow,
+                   limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
+                   before_id: Annotated[int | None, Query(ge=1, description="page on: ids below this one")] = None,
+                   ) -> dict[str, Any]:
+    """The manifests persisted for this session's served requests, newest first."""
+    with uow() as db:
+        return request_service.list_manifests(db, session_id, limit=limit, before_id=before_id)
+
+
+@router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=ERRORS)
+def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1)], uow: Uow) -> dict[str, Any]:
+    """One persisted manifest, as it was served (``manifest.id`` of a request)."""
+    with uow() as db:
+        return request_service.get_manifest(db, session_id, manifest_id)
 
 
 @router.get("/handles/{handle}", responses=ERRORS | {200: {"content": {"application/octet-stream": {}}}})
