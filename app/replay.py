@@ -407,7 +407,10 @@ def print_report(report: ReplayReport, *, file: TextIO | None = None, table: boo
     s.add_row("prompt tokens", _fmt(c.get("request_tokens")), _fmt(p.get("prompt_tokens")))
     s.add_row("cached: ctxd predicted / provider hit", _fmt(c.get("predicted_cached_tokens")),
               _fmt(p.get("prompt_cache_hit_tokens")))
-    s.add_row("not cached: provider miss", "-", _fmt(p.get("prompt_cache_miss_tokens")))
+    uncached = None
+    if c.get("request_tokens") is not None and c.get("predicted_cached_tokens") is not None:
+        uncached = c["request_tokens"] - c["predicted_cached_tokens"]
+    s.add_row("not cached: ctxd predicted / provider miss", _fmt(uncached), _fmt(p.get("prompt_cache_miss_tokens")))
     s.add_row("elided", _fmt(c.get("elided_tokens")), "-")
     s.add_row("largest request", _fmt(c.get("max_request_tokens")), "-")
     console.print(s)
