@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from bisect import bisect_left
 import logging
 import re
+from bisect import bisect_left
 from collections import OrderedDict
 from functools import lru_cache
 from threading import Lock

@@ -41,6 +41,9 @@ class Profile:
         )
 
 
+RENDER_CACHES = ("native", "placeholders", "none")  # app/tokenizers/hf.py
+
+
 def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
     try:
         profile = Profile(
@@ -58,6 +61,9 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             prices=dict(raw.get("prices", {})),
         )
         profile.budget  # validates eq. 1 sizes
+        render_cache = profile.tokenizer.get("render_cache", "none")
+        if render_cache not in RENDER_CACHES:
+            raise ValueError(f"tokenizer.render_cache {render_cache!r} is not one of {', '.join(RENDER_CACHES)}")
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"profile {name!r} is invalid: {exc}") from exc
     return profile

