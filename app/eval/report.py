@@ -249,6 +249,13 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
     limit, window, reserve = info["input_limit"], info["window"], info["output_reserve"]
     paths: list[str] = []
 
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(str(path))
+
     # 1. seed 000 figure 1 style: each bar one request, stacked by the four terms of eq. 1
     fig, axes = plt.subplots(len(run.policies), 1, figsize=(12, 3.2 * len(run.policies)), sharex=True, squeeze=False)
     top = max(max((c.input_tokens for c in run.result(p, trace).calls), default=0) for p in run.policies)
@@ -272,11 +279,7 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
     axes[0, 0].legend(handles=handles, loc="upper left", fontsize=8, ncol=5)
     axes[-1, 0].set_xlabel(f"model call ({trace}); line: input_limit = W - O - M = {limit:,}")
     fig.suptitle("Input tokens per call by role (eq. 1 terms)")
-    fig.tight_layout()
-    path = out / "input_by_role.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(str(path))
+    save(fig, "input_by_role.png")
 
     # 2. request length over calls with the watermarks
     fig, ax = plt.subplots(figsize=(12, 4.5))
@@ -292,11 +295,7 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
     ax.set_ylabel("request tokens")
     ax.set_title("Request length over calls")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "request_length.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(str(path))
+    save(fig, "request_length.png")
 
     # 3. cumulative cost per policy over every call of every trace (trace order, then call)
     fig, ax = plt.subplots(figsize=(12, 4.5))
@@ -313,11 +312,7 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
     ax.set_title(f"Cumulative input cost (\\${prices.uncached:g} per million uncached, \\${prices.cached:g} per million "
                  "cached input tokens)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "cumulative_cost.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(str(path))
+    save(fig, "cumulative_cost.png")
     return paths
 
 
