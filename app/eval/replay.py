@@ -229,20 +229,7 @@ def make_context(profile: str, db_dir: str | Path) -> EvalContext:
     registry = ProfileRegistry(load_profiles(settings.profiles_path))
     registry.get(profile)
     meters = MeterRegistry(LocalLRUCache(settings.local_cache_bytes))
-    memoize_head_tail(meters.get(registry.get(profile)))
     return EvalContext(profiles=registry, meters=meters, session_factory=make_session_factory(engine), profile=profile)
-
-
-def memoize_head_tail(meter: Any, maxsize: int = 512) -> None:
-    """Memoize ``meter.head_tail`` in this process. It is a pure function of (text, head,
-    tail) that the window policy calls for every over-cap tool result on every GET (a
-    tokenizer pass with offsets over the whole payload); caching it changes no result and
-    takes about a third of the replay's CPU time off."""
-    from functools import lru_cache
-
-    if not getattr(meter, "_ctxd_eval_memoized", False):
-        meter.head_tail = lru_cache(maxsize=maxsize)(meter.head_tail)
-        meter._ctxd_eval_memoized = True
 
 
 _WORKER: dict[str, Any] = {}

@@ -22,7 +22,7 @@ from app.domain.types import (
     ToolCall,
     ToolResultEvent,
 )
-from app.store.tables import ArtifactRow, EventRow, ManifestRow, PayloadRow, SessionRow
+from app.store.tables import ArtifactRow, EventRow, ManifestRow, PayloadRow, PrefixStateRow, SessionRow, utcnow
 
 
 def sha256_hex(data: bytes) -> str:
@@ -67,15 +67,20 @@ def get_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> S
 
 # --- payloads -------------------------------------------------------------------------
 
+def _upsert_insert(db: OrmSession) -> Any:
+    """The dialect's ``insert`` construct with ON CONFLICT support (PostgreSQL, SQLite),
+    or None for another dialect."""
+    dialect = db.get_bind().dialect.name
+    return pg_insert if dialect == "postgresql" else sqlite_insert if dialect == "sqlite" else None
+
+
 def put_payload(db: OrmSession, data: bytes) -> str:
     """Store ``data`` once under its sha256 (hex); returns the handle."""
     digest = sha256_hex(data)
     values = {"sha256": digest, "size": len(data), "data": data}
-    dialect = db.get_bind().dialect.name
-    if dialect == "postgresql":
-        db.execute(pg_insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
-    elif dialect == "sqlite":
-        db.execute(sqlite_insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
+    insert = _upsert_insert(db)
+    if insert is not None:
+        db.execute(insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
     elif db.get(PayloadRow, digest) is None:
         db.add(PayloadRow(**values))
         db.flush()
@@ -222,8 +227,6 @@ def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
 # --- prefix states --------------------------------------------------------------------
 
 def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    from app.store.tables import PrefixStateRow
-
     # a Core select of the two columns: no ORM object for a row that is replaced on every GET
     row = db.execute(select(PrefixStateRow.state, PrefixStateRow.layout)
                      .where(PrefixStateRow.session_id == session_id, PrefixStateRow.format == fmt)).first()
@@ -231,13 +234,10 @@ def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[st
 
 
 def put_prefix_state(db: OrmSession, session_id: str, fmt: str, state: dict[str, Any], layout: dict[str, Any]) -> None:
-    from app.store.tables import PrefixStateRow
-
-    from app.store.tables import utcnow
-
     values = {"session_id": session_id, "format": fmt, "state": state, "layout": layout, "updated_at": utcnow()}
-    dialect = db.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    insert = _upsert_insert(db)
+    if insert is None:
+        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
     # an upsert: two concurrent GETs of one session must not collide on the primary key
     statement = insert(PrefixStateRow).values(**values)
     db.execute(statement.on_conflict_do_update(index_elements=["session_id", "format"],
