@@ -10,11 +10,12 @@ import orjson
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
-from app.domain.errors import ManifestNotFound, SessionNotFound, UnsupportedFormat
+from app.domain.errors import ManifestNotFound, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.observability import metrics
 from app.services.memo import AssemblyMemo, memo_of
+from app.services.sessions import require_session_row
 from app.store import repository as repo
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
@@ -124,9 +125,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     """
     if fmt not in FORMATS:
         raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
-    row = repo.get_session_row(db, session_id)
-    if row is None:
-        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    row = require_session_row(db, session_id)
     session = repo.session_from_row(row)
     profile = profiles.get(session.profile)
     meter = meters.get(profile)
@@ -182,8 +181,7 @@ def list_manifests(db: OrmSession, session_id: str, *, limit: int = 50, before_i
     """The session's persisted manifests, newest first: ``{"session_id", "manifests": [{id,
     format, last_seq, request_sha256, tokens_total, created_at}], "next_before_id"}``
     (``next_before_id`` pages on, None on the last page). Raises SessionNotFound (404)."""
-    if repo.get_session_row(db, session_id) is None:
-        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    require_session_row(db, session_id)
     rows = repo.list_manifests(db, session_id, limit=limit + 1, before_id=before_id)
     page = rows[:limit]
     return {"session_id": session_id, "manifests": [_manifest_summary(r) for r in page],
@@ -194,8 +192,7 @@ def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> dict[str,
     """One persisted manifest exactly as it was served with its request (the body itself is
     not stored: ``request_sha256`` identifies it). Raises SessionNotFound or
     ManifestNotFound (404)."""
-    if repo.get_session_row(db, session_id) is None:
-        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    require_session_row(db, session_id)
     row = repo.get_manifest(db, session_id, manifest_id)
     if row is None:
         raise ManifestNotFound(f"no manifest {manifest_id} in session {session_id!r}", session_id=session_id,

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session as OrmSession
 from app.domain.errors import EventConflict, InvalidEvent, SessionNotFound
 from app.domain.layout import canonical_json
 from app.store import repository as repo
-from app.store.tables import ArtifactRow
+from app.store.tables import ArtifactRow, SessionRow
 from app.tokenizers.profiles import ProfileRegistry
 from app.observability import metrics
 
@@ -31,10 +31,16 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
     return session_id
 
 
-def describe_session(db: OrmSession, session_id: str) -> dict[str, Any]:
-    row = repo.get_session_row(db, session_id)
+def require_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> SessionRow:
+    """The session's row (``lock``: taken for update). Raises SessionNotFound (404)."""
+    row = repo.get_session_row(db, session_id, lock=lock)
     if row is None:
         raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    return row
+
+
+def describe_session(db: OrmSession, session_id: str) -> dict[str, Any]:
+    row = require_session_row(db, session_id)
     artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(ArtifactRow.session_id == session_id)).scalars()}
     return {
         "id": row.id, "profile": row.profile, "contract": row.contract, "system": row.system, "tools": row.tools,
@@ -62,9 +68,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
         InvalidEvent: a tool_result whose call_id names no earlier tool call of the session,
             a second result for one call, or a reused call id (422).
     """
-    row = repo.get_session_row(db, session_id, lock=True)
-    if row is None:
-        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    row = require_session_row(db, session_id, lock=True)
     existing = repo.existing_events(db, session_id, [e["event_id"] for e in events])
     calls, answered = repo.known_calls(db, session_id)
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
