@@ -248,11 +248,6 @@ def _reset_meter(meter: Any) -> None:
         zones.clear()
 
 
-def _clear_segments(cache: Any) -> None:
-    """Empty the segment cache."""
-    cache.clear()
-
-
 # --------------------------------------------------------------------------- harness
 
 
@@ -345,8 +340,7 @@ def _record(step: Any, seconds: float, out: Any) -> CallRecord:
                       seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m["elided"]))
 
 
-def replay(h: Harness, traj: Any, meters: Any, profile: str, *, before_get: Callable[[str], None] | None = None,
-           after_get: Callable[[Any], None] | None = None, limit: int | None = None,
+def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | None = None,
            advance: Callable[[], None] | None = None) -> list[CallRecord]:
     """Replay ``traj`` (mini-swe-agent) into a new session; time every GET."""
     from app.adapters.miniswe import ModelCall, PostEvents, replay_plan, session_create_body
@@ -359,12 +353,8 @@ def replay(h: Harness, traj: Any, meters: Any, profile: str, *, before_get: Call
         elif isinstance(step, ModelCall):
             if limit is not None and len(records) >= limit:
                 break
-            if before_get is not None:
-                before_get(sid)
             seconds, out = h.timed_get(meters, sid)
             records.append(_record(step, seconds, out))
-            if after_get is not None:
-                after_get(out)
             if advance is not None:
                 advance()
     return records
@@ -490,7 +480,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
     tokenizer = meters["warm"].tokenizer
 
     def reset(mode: str) -> None:
-        _clear_segments(registries[mode].token_cache)
+        registries[mode].token_cache.clear()
         _reset_meter(meters[mode])
 
     # Warm-up (untimed): first calls of the trace in each mode, then forget everything.
@@ -523,7 +513,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                     continue
                 for mode in order:
                     if mode == "cold":
-                        _clear_segments(registries[mode].token_cache)
+                        registries[mode].token_cache.clear()
                         _reset_meter(meters[mode])
                     seconds, out = h.timed_get(registries[mode], sids[mode])
                     runs[mode].append(_record(step, seconds, out))
