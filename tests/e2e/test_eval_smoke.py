@@ -4,17 +4,15 @@ calls.jsonl and the PNG plots (issue 4's CI smoke test)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from app.cli import main
 from app.eval.report import KEYS
+from tests.traces import TRACES_DIR
 
-_CANDIDATES = [os.environ.get("CTXD_TRACES_DIR", ""), str(Path(__file__).resolve().parents[3] / "shared" / "traces" / "miniswe"),
-               "/work/shared/traces/miniswe"]
-TRACES = next((Path(c) for c in _CANDIDATES if c and Path(c).is_dir()), Path(_CANDIDATES[-1]))
+TRACES = TRACES_DIR
 SMOKE = ["pvlib__pvlib-python-1072__reasoner.traj.json", "pvlib__pvlib-python-1707__reasoner.traj.json"]
 POLICIES = ("append", "window", "select")
 
