@@ -257,10 +257,10 @@ def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_r
 
 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
-                  step: StepEvent | None, payload_tokens: dict[str, int], derived_out: dict[str, bytes]) -> Conversation:
+                  step: StepEvent | None, payload_tokens: dict[str, int]) -> tuple[Conversation, dict[str, bytes]]:
+    """The conversation with ``dropped`` elided, and the index payloads its note names."""
     trunk = render_contract(session.contract)
     note, derived = elision_note(dropped, payload_tokens)
-    derived_out.update(derived)
     if note:
         trunk = trunk + "\n\n" + note
     leaf: list[LeafMessage] = []
@@ -268,7 +268,9 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
         leaf.extend(messages)
     if step is not None:
         leaf.append(LeafMessage(role="user", content=f"Next step: {step.text}", seq=step.seq))
-    return Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk, leaf=tuple(leaf))
+    conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
+                                leaf=tuple(leaf))
+    return conversation, derived
 
 
 def _result_key(result: ToolResultEvent) -> tuple[Any, ...]:
@@ -298,9 +300,10 @@ def assemble_window(
     evictions and, once over the limit, the request shrinks to ``budget.eviction_target``.
 
     ``leaf_cache``: an optional mapping kept across calls (the service keeps one per
-    session in its bounded memo, app/services/memo.py) from what a turn group's leaf messages and bounded tool outputs
-    depend on (meter, per-item cap, reasoning switch, the message event, each result's
-    seq, call id, handle, payload, exit code and exception) to those values. A session's
+    session in its bounded memo, app/services/memo.py) from what a turn group's leaf
+    messages and bounded tool outputs depend on (meter, per-item cap, reasoning switch,
+    the message event, each result's seq, call id, handle, payload, exit code and
+    exception) to those values. A session's
     leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
     messages are the same objects (cheap to hash for the layout digest).
 
@@ -336,8 +339,7 @@ def assemble_window(
     derived_by_k: dict[int, dict[str, bytes]] = {}
 
     def build(k: int) -> tuple[Conversation, Measurement]:
-        derived_by_k[k] = {}
-        conv = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens, derived_by_k[k])
+        conv, derived_by_k[k] = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
