@@ -298,12 +298,6 @@ def _check_breakpoints(breakpoints: Sequence[int], n: int, model: CacheModel) ->
     return bps
 
 
-def common_prefix_length(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
-    """Length of the longest common prefix of two id sequences (tokens). Either may be
-    given packed (bytes of little-endian uint32); compared 4 KiB at a time, in C."""
-    return common_prefix_len(_pack(a), _pack(b)) // 4
-
-
 def _state(
     ids: Sequence[int] | bytes, block_size: int, bps: tuple[int, ...], reuse: Sequence[bytes] = (), reuse_digests: bytes = b""
 ) -> tuple[PrefixState, list[bytes], bytes, dict[int, bytes]]:
