@@ -106,12 +106,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     progress = not args.quiet
     out: dict[str, object] = {}
+    in_process = args.in_process or not (args.ingest or args.summary_only)
     try:
-        if not args.summary_only:
+        if in_process:
             trace = resolve_trace(args.trace) if args.trace else None
             result = run_bench(trace, profile=args.profile, repeat=args.repeat, progress=progress)
             print_bench(result)
             out["bench"] = result
+        if args.ingest:
+            from app.bench_ingest import print_ingest, run_ingest
+
+            ingest = run_ingest(n_events=args.ingest_events, progress=progress)
+            print_ingest(ingest)
+            out["ingest"] = ingest
         if args.summary or args.summary_only:
             summary = run_summary(progress=progress)
             print_summary(summary)
@@ -231,6 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", action="store_true",
                    help="also: ctxd vs append-only transcript tokens over all shared traces (qwen3)")
     p.add_argument("--summary-only", action="store_true", help="only the --summary figures")
+    p.add_argument("--ingest", action="store_true",
+                   help="POST latency along a synthetic session (--ingest-events); alone, only this mode runs")
+    p.add_argument("--ingest-events", type=int, default=10_000, metavar="N",
+                   help="events of the synthetic --ingest session (default: %(default)s)")
+    p.add_argument("--in-process", action="store_true",
+                   help="the in-process GET benchmark (the default when no other mode is named)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=_cmd_bench)
 
