@@ -70,7 +70,14 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
     """
     row = require_session_row(db, session_id, lock=True)
     existing = repo.existing_events(db, session_id, [e["event_id"] for e in events])
-    calls, answered = repo.known_calls(db, session_id)
+    # only this batch's call ids: declared or answered earlier in the session (O(batch))
+    batch_ids = [c["call_id"] for e in events if e["kind"] == "message" for c in e.get("tool_calls") or []]
+    batch_ids += [e["call_id"] for e in events if e["kind"] == "tool_result"]
+    known = repo.tool_calls(db, session_id, batch_ids)
+    calls = set(known)
+    answered = {call_id for call_id, result_seq in known.items() if result_seq is not None}
+    new_calls: dict[str, list[Any]] = {}  # call id -> [call seq, result seq | None], inserted at the end
+    answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
     results: list[dict[str, Any]] = []
     seq = row.last_seq
@@ -95,7 +102,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
             canonical = {"role": body["role"], "content": body.get("content", ""), "reasoning": body.get("reasoning"),
                          "tool_calls": body.get("tool_calls") or []}
             body["handle"] = repo.put_payload(db, canonical_json(canonical).encode("utf-8"))
-            calls.update(c["call_id"] for c in body.get("tool_calls") or [])
+            for call in body.get("tool_calls") or []:
+                calls.add(call["call_id"])
+                new_calls[call["call_id"]] = [seq + 1, None]
         elif kind == "tool_result":
             call_id = body["call_id"]
             if call_id not in calls:
@@ -103,6 +112,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
             if call_id in answered:
                 raise InvalidEvent(f"event {index} ({event_id!r}): call_id {call_id!r} already has a result", call_id=call_id, **where)
             answered.add(call_id)
+            if call_id in new_calls:
+                new_calls[call_id][1] = seq + 1
+            else:
+                answers.append((call_id, seq + 1))
             body["handle"] = repo.put_payload(db, body.pop("payload").encode("utf-8"))
             binding = body.get("binding")
             if binding is not None and binding.get("revision") is None:
@@ -115,6 +128,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
         metrics.EVENTS_APPENDED.labels(kind).inc()
+    repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
+    repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
     return {"session_id": session_id, "last_seq": seq, "results": results}
