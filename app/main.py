@@ -80,6 +80,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
+    from app.api.limits import BodyLimitMiddleware
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(v1.router)
     app.include_router(ops.router)
 

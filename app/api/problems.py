@@ -27,6 +27,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
     errors.TokenizerUnavailable: 503,
+    errors.PayloadTooLarge: 413,
 }
 
 
@@ -68,8 +69,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
-        return problem(exc.status_code, title, str(exc.detail), instance=request.url.path)
+        title = {404: "Not found", 405: "Method not allowed", 413: "Request body too large"}.get(exc.status_code,
+                                                                                                "HTTP error")
+        return problem(exc.status_code, title, str(exc.detail), instance=request.url.path,
+                       **getattr(exc, "extra", {}))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

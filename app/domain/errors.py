@@ -68,3 +68,10 @@ class PinnedOverBudget(DomainError):
 
 class TokenizerUnavailable(DomainError):
     title = "Tokenizer unavailable"
+
+
+class PayloadTooLarge(DomainError):
+    """A payload over the configured maximum (``extra``: index, event_id, field, size_bytes,
+    max_bytes); the batch is refused whole."""
+
+    title = "Payload too large"

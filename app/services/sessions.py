@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import EventConflict, InvalidEvent, SessionNotFound
+from app.domain.errors import EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound
 from app.domain.layout import canonical_json
 from app.store import repository as repo
 from app.store.tables import ArtifactRow, SessionRow
@@ -53,12 +53,24 @@ def _fingerprint(event: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
 
 
-def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id: str, field: str) -> bytes:
+    """``data`` if it is within ``max_bytes``; else PayloadTooLarge naming the event."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise PayloadTooLarge(f"event {index} ({event_id!r}): {field} of {len(data):,} bytes exceeds the limit of "
+                              f"{max_bytes:,} bytes (setting CTXD_MAX_PAYLOAD_BYTES)", index=index, event_id=event_id,
+                              field=field, size_bytes=len(data), max_bytes=max_bytes)
+    return data
+
+
+def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
+                  max_payload_bytes: int | None = None) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
     with the same body is a no-op returning the original seq; with another body it is a
     conflict. Payloads go to content-addressed storage; the log keeps their handles.
+    ``max_payload_bytes`` bounds each new payload: a tool result's payload (UTF-8 bytes)
+    and a message's canonical JSON (content, reasoning, tool calls).
 
     Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}]}``.
 
@@ -67,6 +79,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
         EventConflict: an event_id reused with a different body (409).
         InvalidEvent: a tool_result whose call_id names no earlier tool call of the session,
             a second result for one call, or a reused call id (422).
+        PayloadTooLarge: a new event's payload over ``max_payload_bytes`` (413).
     """
     row = require_session_row(db, session_id, lock=True)
     existing = repo.existing_events(db, session_id, [e["event_id"] for e in events])
@@ -101,7 +114,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
                 raise InvalidEvent(f"event {index} ({event_id!r}): tool call id(s) {reused} already used in this session", **where)
             canonical = {"role": body["role"], "content": body.get("content", ""), "reasoning": body.get("reasoning"),
                          "tool_calls": body.get("tool_calls") or []}
-            body["handle"] = repo.put_payload(db, canonical_json(canonical).encode("utf-8"))
+            data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
+                                    **where)
+            body["handle"] = repo.put_payload(db, data)
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -116,7 +131,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
                 new_calls[call_id][1] = seq + 1
             else:
                 answers.append((call_id, seq + 1))
-            body["handle"] = repo.put_payload(db, body.pop("payload").encode("utf-8"))
+            data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
+            body["handle"] = repo.put_payload(db, data)
             binding = body.get("binding")
             if binding is not None and binding.get("revision") is None:
                 binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])

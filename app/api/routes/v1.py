@@ -16,6 +16,7 @@ router = APIRouter(prefix="/v1")
 PROBLEM = {"content": {"application/problem+json": {}}}
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **PROBLEM},
                                            409: {"description": "Conflict", **PROBLEM},
+                                           413: {"description": "Payload or request body too large", **PROBLEM},
                                            416: {"description": "Range not satisfiable", **PROBLEM},
                                            422: {"description": "Invalid input", **PROBLEM}}
 
@@ -38,11 +39,12 @@ def get_session(session_id: str, uow: Uow) -> SessionOut:
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
-def post_events(session_id: str, batch: EventBatch, uow: Uow) -> EventBatchOut:
+def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id)."""
     events = [e.model_dump(mode="json") for e in batch.events]
     with uow() as db:
-        return EventBatchOut(**session_service.ingest_events(db, session_id, events))
+        return EventBatchOut(**session_service.ingest_events(
+            db, session_id, events, max_payload_bytes=request.app.state.settings.max_payload_bytes))
 
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)
