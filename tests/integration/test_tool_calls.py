@@ -192,3 +192,33 @@ def test_migration_backfills_from_existing_events(new_url: Callable[[], str]) ->
         assert "tool_calls" not in sa.inspect(check).get_table_names()
     finally:
         check.dispose()
+
+
+def test_a_post_reads_only_its_batch(engine: sa.Engine) -> None:
+    """The same batch posted into an empty session and into one of 600 events sends the same
+    statements; the tool-call read is one SELECT naming the batch's call ids (before the
+    table, every POST read every message and tool result of the session)."""
+    factory = make_session_factory(engine)
+    small, large = new_session(factory), new_session(factory)
+    for i in range(300):
+        post(factory, large, assistant(f"a{i}", f"x{i}"), result(f"r{i}", f"x{i}"))
+    captured: list[str] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        captured.append(statement)
+
+    def statements_of(sid: str) -> list[str]:
+        captured.clear()
+        sa.event.listen(engine, "before_cursor_execute", capture)
+        try:
+            post(factory, sid, assistant("b1", "y1", "y2"), result("q1", "y1"), result("q2", "y2"))
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", capture)
+        return list(captured)
+
+    few, many = statements_of(small), statements_of(large)
+    assert few == many
+    reads = [s for s in many if "tool_calls" in s and s.lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1 and " IN " in reads[0].upper()
+    assert not any("FROM events" in s and "event_id IN" not in s.replace("events.event_id", "event_id") for s in many
+                   if s.lstrip().upper().startswith("SELECT")), many
