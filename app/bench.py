@@ -23,7 +23,7 @@ per-session ``prompt_cache_key``, token total and zones).
 * **cold**: the same path, but before every GET the segment cache is emptied
   (``LocalLRUCache.clear()``) and so are the meter's own memos: the root/trunk render
   offsets (``HFChatMeter._heads``) and the per-payload token counts
-  (``HFChatMeter.count_text``, an ``lru_cache``) and the previous request's encoding
+  (``HFChatMeter.count_text``, a byte-bounded memo) and the previous request's encoding
   (``HFChatMeter._recent``). The assembly memo (:mod:`app.services.memo`: parsed events,
   per-group leaf messages, the previous request's ids for prefix-reuse prediction) is
   kept in every mode, as on a running server, so the rest of the GET does the same work
@@ -72,7 +72,6 @@ import json
 import platform
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +79,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 # Cheap imports only (no transformers, FastAPI or SQLAlchemy at import time).
+from app.caches import ENTRY_OVERHEAD, ByteLRU
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement, TokenMeter
 from app.tokenizers.hf import HFChatMeter, template_messages
@@ -185,7 +185,8 @@ class NaiveMeter(HFChatMeter):
 
     def __init__(self, tokenizer: Any, *, render_reasoning: bool = False) -> None:
         super().__init__(tokenizer, encoder=None, render_reasoning=render_reasoning, render_cache="none")
-        self._zones: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        self._zones: ByteLRU[str, tuple[int, int, int]] = ByteLRU(16 * 1024 * 1024,
+                                                                   lambda key, _: len(key) + ENTRY_OVERHEAD)
         self.template_calls = 0
 
     def _zone_sizes(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[int, int, int]:
@@ -199,9 +200,7 @@ class NaiveMeter(HFChatMeter):
         root_n = len(self.tokenizer.encode(head[:trunk_start], add_special_tokens=False))
         trunk_n = len(self.tokenizer.encode(head[trunk_start:leaf_start], add_special_tokens=False))
         value = (root_n, trunk_n, bare_root)
-        self._zones[key] = value
-        while len(self._zones) > 256:
-            self._zones.popitem(last=False)
+        self._zones.put(key, value)
         return value
 
     def measure(self, conversation: Conversation) -> Measurement:
@@ -235,21 +234,16 @@ class NaiveMeterRegistry(MeterRegistry):
 
 def _reset_meter(meter: Any) -> None:
     """Forget the meter's own memos (render offsets, per-payload counts)."""
-    heads = getattr(meter, "_heads", None)
-    if heads is not None:
-        with meter._heads_lock:
-            heads.clear()
     for memo in ("count_text", "head_tail"):
         cached = getattr(meter, memo, None)
         if cached is not None and hasattr(cached, "cache_clear"):
             cached.cache_clear()
-    recent = getattr(meter, "_recent", None)
-    if recent is not None:
-        with meter._heads_lock:
-            recent.clear()  # the previous request's encoding, reused over the common prefix
-    zones = getattr(meter, "_zones", None)
-    if zones is not None:
-        zones.clear()
+    # render offsets, the previous request's encoding (reused over the common prefix), and
+    # NaiveMeter's zone sizes: thread-safe caches with a clear()
+    for name in ("_heads", "_recent", "_zones"):
+        cache = getattr(meter, name, None)
+        if cache is not None:
+            cache.clear()
 
 
 # --------------------------------------------------------------------------- harness

@@ -26,12 +26,11 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from bisect import bisect_left
-from collections import OrderedDict
-from functools import lru_cache
-from threading import Lock
 from typing import Any, Callable, Sequence
 
+from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.tokenizers.native import native_renderer, template_sha256
@@ -39,6 +38,21 @@ from app.tokenizers.native import native_renderer, template_sha256
 log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
+
+# Byte bounds of the in-process memos (app/caches.py; issue 9 item 7). Module-level memos
+# are shared by every meter; the others are per meter.
+ARGUMENTS_MEMO_BYTES = 16 * 1024 * 1024  # arguments_text: the arguments and their printed form
+TEMPLATE_MESSAGE_MEMO_BYTES = 64 * 1024 * 1024  # _shared_template_message: leaf messages as template dicts
+COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
+HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail: the head and tail cut from capped payloads
+HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
+RECENT_BYTES = 64 * 1024 * 1024  # _recent: the previous request's text and encoding per root+trunk
+
+
+def _encoded_bytes(text: str, encoded: Any) -> int:
+    """Estimated bytes of a remembered request: its text, ids (4 bytes each) and per-segment
+    offsets and status (~80 bytes a segment)."""
+    return sys.getsizeof(text) + 4 * len(encoded.id_array) + 80 * len(encoded.status) + ENTRY_OVERHEAD
 
 
 def parse_arguments(arguments: str) -> Any:
@@ -51,7 +65,8 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else arguments
 
 
-@lru_cache(maxsize=16384)
+@memoize(ARGUMENTS_MEMO_BYTES, key=lambda arguments: arguments,
+         sizeof=lambda printed: 2 * sys.getsizeof(printed) + ENTRY_OVERHEAD)  # key and value
 def arguments_text(arguments: str) -> str:
     """What a template's ``arguments | tojson`` prints for :func:`parse_arguments`'s value:
     the JSON object dumped as transformers' ``tojson`` does, else the string itself.
@@ -98,7 +113,15 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
     return {"role": m.role, "content": m.content}
 
 
-@lru_cache(maxsize=65536)
+def _template_message_bytes(message: dict[str, Any]) -> int:
+    """Estimated bytes of a memoized template message (its texts; the key holds the same)."""
+    calls = message.get("tool_calls") or ()
+    return (sys.getsizeof(message.get("content") or "") + sys.getsizeof(message.get("reasoning_content") or "")
+            + sum(sys.getsizeof(c["function"]["arguments"]) + 200 for c in calls) + 2 * ENTRY_OVERHEAD)
+
+
+@memoize(TEMPLATE_MESSAGE_MEMO_BYTES, key=lambda m, render_reasoning: (m, render_reasoning),
+         sizeof=_template_message_bytes)
 def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
     return _template_message(m, render_reasoning, arguments_text)
 
@@ -164,12 +187,16 @@ class HFChatMeter:
         self.render_cache = render_cache
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
-        self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
-        # payloads are immutable: a capped tool output is cut once, not on every GET
-        self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
-        self._heads: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
-        self._heads_lock = Lock()
-        self._recent: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        # payloads are immutable: a text is counted, and a capped tool output cut, once (keyed
+        # by the text's sha256, so the memo does not hold the text)
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+                                  sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
+        self.head_tail = memoize(  # type: ignore[method-assign]
+            HEAD_TAIL_MEMO_BYTES, key=lambda text, head, tail: (text_key(text), head, tail),
+            sizeof=lambda cut: sys.getsizeof(cut[0]) + sys.getsizeof(cut[1]) + ENTRY_OVERHEAD)(self._head_tail)
+        self._heads: ByteLRU[str, tuple[int, int, int]] = ByteLRU(HEADS_BYTES, lambda key, _: len(key) + ENTRY_OVERHEAD)
+        self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
+            RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))
         if render_cache not in ("native", "placeholders", "none"):
             raise ValueError(f"unknown render_cache {render_cache!r}; expected native, placeholders or none")
         self._native = native_renderer(getattr(tokenizer, "chat_template", None)) if render_cache == "native" else None
@@ -257,10 +284,9 @@ class HFChatMeter:
         """(trunk start, leaf start, root tokens without tools) in the render of the root and
         trunk; cached by their content (they change only when the trunk is rewritten)."""
         key = hashlib.sha256(json.dumps([messages[:2], tools], sort_keys=True).encode()).hexdigest()
-        with self._heads_lock:
-            if key in self._heads:
-                self._heads.move_to_end(key)
-                return self._heads[key]
+        known = self._heads.get(key)
+        if known is not None:
+            return known
         head = self.render(messages[:2], tools, add_generation_prompt=False)
         probe = self.render([messages[0], {"role": "user", "content": ""}], tools, add_generation_prompt=False)
         common = next((i for i, (a, b) in enumerate(zip(probe, head)) if a != b), min(len(probe), len(head)))
@@ -276,10 +302,7 @@ class HFChatMeter:
                 raise ValueError("the chat template renders the trunk differently with and without tools")
             bare_root = len(self.encode(bare[:bare_trunk]))
         value = (trunk_start, leaf_start, bare_root)
-        with self._heads_lock:
-            self._heads[key] = value
-            while len(self._heads) > 256:
-                self._heads.popitem(last=False)
+        self._heads.put(key, value)
         return value
 
     def measure(self, conversation: Conversation) -> Measurement:
@@ -299,14 +322,9 @@ class HFChatMeter:
             # the previous request with the same root and trunk (usually the session's
             # last one): reuse its encoding over the common prefix
             head_key = hashlib.sha256(text[:leaf_start].encode("utf-8", "surrogatepass")).hexdigest()
-            with self._heads_lock:
-                recent = self._recent.get(head_key)
+            recent = self._recent.get(head_key)
             encoded = self.encoder.encode_after(text, *recent) if recent else self.encoder.encode(text)
-            with self._heads_lock:
-                self._recent[head_key] = (text, encoded)
-                self._recent.move_to_end(head_key)
-                while len(self._recent) > 64:
-                    self._recent.popitem(last=False)
+            self._recent.put(head_key, (text, encoded))
             ids = encoded.id_array
             root_n = encoded.token_offset_at(trunk_start)
             leaf_at = encoded.token_offset_at(leaf_start)

@@ -9,28 +9,51 @@ zone less the system text v3 moves into it; observations = the rest (sums to tot
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from functools import lru_cache
-from typing import Any, Mapping, MutableMapping
+import sys
+from typing import Any, Iterator, Mapping, MutableMapping
 
+from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
 from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
 
 
-class _BoundedDict(OrderedDict[str, list[int]]):
-    """An LRU-bounded mapping for the segmenter's per-message id cache."""
+#: Byte bounds of the meter's memos (app/caches.py; issue 9 item 7).
+SEGMENT_MEMO_BYTES = 64 * 1024 * 1024  # the segmenter's per-message ids (key text + 8 bytes an id)
+COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
+HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail: the head and tail cut from capped payloads
 
-    def __init__(self, max_items: int = 50_000) -> None:
-        super().__init__()
-        self.max_items = max_items
+
+class _BoundedDict(MutableMapping[str, list[int]]):
+    """The segmenter's per-message id cache as a mapping, bounded in bytes (a ByteLRU:
+    the key's size plus 8 bytes an id)."""
+
+    def __init__(self, max_bytes: int = SEGMENT_MEMO_BYTES) -> None:
+        self._lru: ByteLRU[str, list[int]] = ByteLRU(
+            max_bytes, lambda key, ids: sys.getsizeof(key) + 8 * len(ids) + ENTRY_OVERHEAD)
+
+    def __getitem__(self, key: str) -> list[int]:
+        value = self._lru.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def __setitem__(self, key: str, value: list[int]) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.max_items:
-            self.popitem(last=False)
+        self._lru.put(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if self._lru.pop(key) is None:
+            raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._lru
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k, _ in self._lru.items()])
+
+    def __len__(self) -> int:
+        return len(self._lru)
 
 
 class MistralMeter:
@@ -38,8 +61,11 @@ class MistralMeter:
         self.tekken = tekken
         self._raw = tekken.mistral.instruct_tokenizer.tokenizer
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
-        self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
-        self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+                                  sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
+        self.head_tail = memoize(  # type: ignore[method-assign]
+            HEAD_TAIL_MEMO_BYTES, key=lambda text, head, tail: (text_key(text), head, tail),
+            sizeof=lambda cut: sys.getsizeof(cut[0]) + sys.getsizeof(cut[1]) + ENTRY_OVERHEAD)(self._head_tail)
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
