@@ -10,7 +10,7 @@ replay`` does: ``POST /v1/sessions``, then the recorded events batch by batch, a
 every model call ``GET /v1/sessions/{id}/request?format=openai``.
 
 * **warm GET over HTTP**: the client's wall time (``time.perf_counter`` around the
-  request, response body read and JSON-decoded) of that GET, the first one after the POST
+  request, until the whole response body is read; JSON decoding is not timed) of that GET, the first one after the POST
   of one model call's events, with the server's caches as a running server has them.
 * **naive**: one ``apply_chat_template(messages, tools=..., add_generation_prompt=True,
   tokenize=True)`` of the served body with the profile's tokenizer, in the bench process
@@ -109,15 +109,15 @@ def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = No
         if isinstance(step, PostEvents):
             t0 = time.perf_counter()
             r = client.post(f"/v1/sessions/{sid}/events", json={"events": list(step.events)})
-            body = check(r)
-            posts.append((int(body["last_seq"]), time.perf_counter() - t0))
+            seconds = time.perf_counter() - t0
+            posts.append((int(check(r)["last_seq"]), seconds))
         elif isinstance(step, ModelCall):
             if limit is not None and len(gets) >= limit:
                 break
             t0 = time.perf_counter()
             r = client.get(f"/v1/sessions/{sid}/request", params={"format": "openai"})
-            out = check(r)
             seconds = time.perf_counter() - t0
+            out = check(r)
             record = {"call": step.index, "tokens": int(out["manifest"]["tokens"]["total"]), "http_s": seconds,
                       "response_bytes": len(r.content), "naive_s": None, "naive_tokens": None}
             if naive is not None:
@@ -201,7 +201,7 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
                   for i, g in enumerate(runs[0])],
         "definitions": {
             "http": "client wall time of the first GET /request after the POST of one model call's events "
-                    "(httpx, keep-alive, body read and JSON-decoded)",
+                    "(httpx, keep-alive, until the response body is read; JSON decoding not timed)",
             "naive": "one apply_chat_template(tokenize=True) of the served body, profile's tokenizer, bench process",
             "posts": "client wall time of POST /events; quarters of the replay's POSTs in order",
         },
