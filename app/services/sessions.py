@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ContextManager
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
@@ -72,7 +74,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     ``max_payload_bytes`` bounds each new payload: a tool result's payload (UTF-8 bytes)
     and a message's canonical JSON (content, reasoning, tool calls).
 
-    Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}]}``.
+    Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
+    "new_tool_outputs": [handles of the tool results created by this batch]}``.
 
     Raises:
         SessionNotFound: no such session (404).
@@ -91,6 +94,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     answered = {call_id for call_id, result_seq in known.items() if result_seq is not None}
     new_calls: dict[str, list[Any]] = {}  # call id -> [call seq, result seq | None], inserted at the end
     answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
+    new_outputs: list[str] = []  # handles of the tool outputs this batch stored
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
     results: list[dict[str, Any]] = []
     seq = row.last_seq
@@ -133,6 +137,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                 answers.append((call_id, seq + 1))
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
             body["handle"] = repo.put_payload(db, data)
+            new_outputs.append(body["handle"])
             binding = body.get("binding")
             if binding is not None and binding.get("revision") is None:
                 binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])
@@ -148,7 +153,41 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
-    return {"session_id": session_id, "last_seq": seq, "results": results}
+    return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+_COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority
+
+
+def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
+                         session_id: str, handles: Sequence[str]) -> dict[str, int]:
+    """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
+    store each count beside its payload (``payloads.token_counts``), once per payload and
+    tokenizer (issue 9, item 7). Run after the POST that stored them (a background task):
+    counting a 2 MB output takes seconds, so it happens in no request. Two short
+    transactions (read, then write); none is open while tokenizing.
+
+    Returns the counts computed now (handle -> tokens). Payloads already counted, unknown
+    handles and a session that is gone are skipped. Raises TokenizerUnavailable when the
+    profile's tokenizer cannot be loaded."""
+    if not handles:
+        return {}
+    with uow() as db:
+        row = repo.get_session_row(db, session_id)
+        if row is None:
+            return {}
+        meter = meters.get(profiles.get(row.profile))
+        tokenizer_id = str(meter.tokenizer_id)
+        missing = [h for h, n in repo.payload_token_counts(db, handles, tokenizer_id).items() if n is None]
+        texts = repo.get_payload_texts(db, missing)
+    counts: dict[str, int] = {}
+    with _COUNTING:
+        for handle, text in texts.items():
+            counts[handle] = int(meter.count_text(text))
+    if counts:
+        with uow() as db:
+            repo.store_token_counts(db, tokenizer_id, counts)
+    return counts
 
 
 def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, length: int | None = None,

@@ -116,6 +116,33 @@ def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def payload_token_counts(db: OrmSession, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
+    """handle -> the stored token count of that payload under ``tokenizer_id`` (None when
+    not counted yet), for the given handles that exist. Chunks of 500 handles."""
+    wanted = sorted(set(handles))
+    out: dict[str, int | None] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        for sha, counts in db.execute(select(PayloadRow.sha256, PayloadRow.token_counts)
+                                      .where(PayloadRow.sha256.in_(chunk))):
+            value = (counts or {}).get(tokenizer_id)
+            out[sha] = int(value) if value is not None else None
+    return out
+
+
+def store_token_counts(db: OrmSession, tokenizer_id: str, counts: dict[str, int]) -> None:
+    """Record ``counts`` (handle -> tokens under ``tokenizer_id``) beside the payloads, keeping
+    the counts of other tokenizers (read, merge, write: two writers of different tokenizers
+    at once may lose one count, which is then computed again)."""
+    wanted = sorted(counts)
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        for sha, known in db.execute(select(PayloadRow.sha256, PayloadRow.token_counts)
+                                     .where(PayloadRow.sha256.in_(chunk))).all():
+            merged = dict(known or {}) | {tokenizer_id: int(counts[sha])}
+            db.execute(update(PayloadRow).where(PayloadRow.sha256 == sha).values(token_counts=merged))
+
+
 # --- events ---------------------------------------------------------------------------
 
 def existing_events(db: OrmSession, session_id: str, event_ids: Sequence[str]) -> dict[str, EventRow]:

@@ -78,6 +78,8 @@ class PayloadRow(Base):
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
     data: Mapped[bytes] = mapped_column(LargeBinary)
+    # exact token count per tokenizer id ({id: tokens}), null until counted (issue 9 item 7)
+    token_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

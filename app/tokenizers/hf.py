@@ -223,6 +223,21 @@ class HFChatMeter:
         env.globals.update(sandboxed.globals)
         return env.from_string(tokenizer.chat_template)
 
+    @property
+    def tokenizer_id(self) -> str:
+        """A stable id of the tokenizer (32 hex chars of its fingerprint): the key of stored
+        payload token counts. Computed once."""
+        known = getattr(self, "_tokenizer_id", None)
+        if known is None:
+            if self.encoder is not None:
+                known = str(self.encoder.fingerprint)[:32]
+            else:
+                from app.tokenizers.segments import tokenizer_fingerprint
+
+                known = tokenizer_fingerprint(self.tokenizer.backend_tokenizer)[:32]
+            self._tokenizer_id = known
+        return known
+
     # -- text-level --------------------------------------------------------------------
 
     def _count_text(self, text: str) -> int:

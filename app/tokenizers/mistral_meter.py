@@ -67,6 +67,12 @@ class MistralMeter:
             HEAD_TAIL_MEMO_BYTES, key=lambda text, head, tail: (text_key(text), head, tail),
             sizeof=lambda cut: sys.getsizeof(cut[0]) + sys.getsizeof(cut[1]) + ENTRY_OVERHEAD)(self._head_tail)
 
+    @property
+    def tokenizer_id(self) -> str:
+        """A stable id of the tokenizer (its file's fingerprint): the key of stored payload
+        token counts."""
+        return f"tekken-{self.tekken.fingerprint}"
+
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
         path = spec.get("path") or default_tekken_path(str(spec.get("file", "tekken_240718.json")))

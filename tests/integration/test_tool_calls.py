@@ -1,7 +1,7 @@
 """The tool-call table (issue 9, item 5) on SQLite and PostgreSQL: ingest checks only its
 batch's call ids against it with the same errors as before, its constraints hold one
-result per call, and migration 0003 backfills it from an existing event log exactly as
-live ingest fills it."""
+result per call, and the ingest migration backfills it from an existing event log exactly
+as live ingest fills it (and adds the payloads' token_counts column, empty)."""
 
 from __future__ import annotations
 
@@ -175,6 +175,9 @@ def test_migration_backfills_from_existing_events(new_url: Callable[[], str]) ->
     migrated = make_engine(old_url)
     try:
         assert calls_of(migrated) == expected
+        assert "token_counts" in {c["name"] for c in sa.inspect(migrated).get_columns("payloads")}
+        with migrated.connect() as conn:  # existing payloads start uncounted
+            assert conn.execute(sa.text("SELECT count(*) FROM payloads WHERE token_counts IS NOT NULL")).scalar_one() == 0
         factory = make_session_factory(migrated)
         with pytest.raises(InvalidEvent, match="already has a result"):
             post(factory, sids[0], result("r9", "c1"))
@@ -190,6 +193,7 @@ def test_migration_backfills_from_existing_events(new_url: Callable[[], str]) ->
     check = sa.create_engine(old_url)
     try:
         assert "tool_calls" not in sa.inspect(check).get_table_names()
+        assert "token_counts" not in {c["name"] for c in sa.inspect(check).get_columns("payloads")}
     finally:
         check.dispose()
 

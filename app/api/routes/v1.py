@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.deps import Meters, Profiles, Uow
 from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
@@ -12,6 +13,7 @@ from app.services import requests as request_service
 from app.services import sessions as session_service
 
 router = APIRouter(prefix="/v1")
+log = logging.getLogger("ctxd")
 
 PROBLEM = {"content": {"application/problem+json": {}}}
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **PROBLEM},
@@ -39,12 +41,25 @@ def get_session(session_id: str, uow: Uow) -> SessionOut:
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
-def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow) -> EventBatchOut:
-    """Append events in one transaction (all or nothing; idempotent on event_id)."""
+def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
+                background: BackgroundTasks) -> EventBatchOut:
+    """Append events in one transaction (all or nothing; idempotent on event_id). The new
+    tool outputs' token counts are computed after the response (manifests report them)."""
     events = [e.model_dump(mode="json") for e in batch.events]
     with uow() as db:
-        return EventBatchOut(**session_service.ingest_events(
-            db, session_id, events, max_payload_bytes=request.app.state.settings.max_payload_bytes))
+        out = session_service.ingest_events(db, session_id, events,
+                                            max_payload_bytes=request.app.state.settings.max_payload_bytes)
+    handles = sorted(set(out.pop("new_tool_outputs")))
+    if handles:
+        background.add_task(_count_tokens, uow, profiles, meters, session_id, handles)
+    return EventBatchOut(**out)
+
+
+def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, session_id: str, handles: list[str]) -> None:
+    try:
+        session_service.count_payload_tokens(uow, profiles, meters, session_id, handles)
+    except Exception:  # an optimisation: never fails anything; GETs report the count as unknown
+        log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)

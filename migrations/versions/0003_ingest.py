@@ -1,6 +1,6 @@
-"""tool calls per session: call seq and result seq, backfilled from the event log
+"""ingest: tool calls per session (backfilled from the event log), payload token counts
 
-Revision ID: 0003_tool_calls
+Revision ID: 0003_ingest
 Revises: 0002
 
 Ingest checks a batch's call ids against this table instead of reading every message and
@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003_tool_calls"
+revision = "0003_ingest"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
@@ -38,6 +38,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("session_id", "result_seq", name="uq_tool_calls_session_result_seq"),
     )
     backfill(op.get_bind())
+    with op.batch_alter_table("payloads") as batch:
+        batch.add_column(sa.Column("token_counts", sa.JSON(), nullable=True))
 
 
 def backfill(conn: sa.Connection) -> int:
@@ -78,4 +80,6 @@ def backfill(conn: sa.Connection) -> int:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("payloads") as batch:
+        batch.drop_column("token_counts")
     op.drop_table("tool_calls")
