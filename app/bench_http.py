@@ -51,22 +51,28 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(*, ready_timeout: float = 120.0) -> Iterator[str]:
-    """``ctxd serve`` on a free loopback port with a temporary data directory (embedded
-    default: SQLite, in-process cache); yields its base URL once ``/readyz`` answers 200,
-    and stops it (SIGTERM) afterwards. Raises BenchError when it does not become ready."""
+def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, log_path: Path | None = None,
+          ready_timeout: float = 120.0) -> Iterator[str]:
+    """``ctxd serve`` on a free loopback port on the embedded default (SQLite in
+    ``data_dir``, default a temporary directory; in-process cache, no Redis; ``env`` adds
+    CTXD_ settings); yields its base URL once ``/readyz`` answers 200 (tokenizer loaded),
+    then stops it with SIGTERM. Its output goes to ``log_path`` (default: in the temporary
+    directory), a file, since one access line per request fills a pipe left unread.
+
+    Raises BenchError when it exits early, is not ready within ``ready_timeout`` seconds,
+    or does not stop within 30 s of SIGTERM (it is then killed)."""
     import httpx
 
     from app.bench import BenchError
 
-    with tempfile.TemporaryDirectory(prefix="ctxd-bench-http-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ctxd-serve-") as tmp:
         port = _free_port()
-        env = os.environ | {"CTXD_DATA_DIR": str(Path(tmp) / "data"), "CTXD_DATABASE_URL": "", "CTXD_REDIS_URL": "",
-                            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        log_path = Path(tmp) / "serve.log"
-        with log_path.open("w", encoding="utf-8") as log:
+        variables = os.environ | {"CTXD_DATA_DIR": str(data_dir or Path(tmp) / "data"), "CTXD_DATABASE_URL": "",
+                                  "CTXD_REDIS_URL": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        log_file = log_path or Path(tmp) / "serve.log"
+        with log_file.open("w", encoding="utf-8") as log:
             proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+                                    env=variables | (env or {}), stdout=log, stderr=subprocess.STDOUT)
             base = f"http://127.0.0.1:{port}"
             try:
                 deadline = time.monotonic() + ready_timeout
@@ -77,8 +83,9 @@ def serve(*, ready_timeout: float = 120.0) -> Iterator[str]:
                     except httpx.TransportError:
                         pass
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        tail = log_path.read_text(encoding="utf-8")[-2000:]
-                        raise BenchError(f"ctxd serve did not become ready: {tail}")
+                        tail = log_file.read_text(encoding="utf-8")[-3000:]
+                        raise BenchError(f"ctxd serve {'exited early' if proc.poll() is not None else 'was not ready'}: "
+                                         f"{tail}")
                     time.sleep(0.2)
                 yield base
             finally:
@@ -88,6 +95,7 @@ def serve(*, ready_timeout: float = 120.0) -> Iterator[str]:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=10)
+                    raise BenchError("ctxd serve did not stop within 30 s of SIGTERM") from None
 
 
 def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = None, naive: Any = None,

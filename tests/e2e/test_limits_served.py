@@ -6,46 +6,22 @@ headroomlabs-ai/headroom#3326 and oven-sh/bun#27507), and the server keeps servi
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import ctxd, free_port
+from app.bench_http import serve
 
 LIMIT = 50_000
 
 
 @pytest.fixture()
-def small_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
+def small_server() -> Iterator[tuple[str, int]]:
     """`ctxd serve` with CTXD_MAX_BODY_BYTES=50000; yields (base URL, port)."""
-    port = free_port()
-    env = os.environ | {"CTXD_DATA_DIR": str(tmp_path / "data"), "CTXD_DATABASE_URL": "", "CTXD_REDIS_URL": "",
-                        "CTXD_MAX_BODY_BYTES": str(LIMIT), "HF_HUB_OFFLINE": "1"}
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen([*ctxd(), "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None, log_path.read_text(encoding="utf-8")[-3000:]
-                assert time.monotonic() < deadline, "ctxd serve did not start in 90 s"
-                time.sleep(0.2)
-            yield base, port
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with serve(env={"CTXD_MAX_BODY_BYTES": str(LIMIT)}, ready_timeout=90) as base:
+        yield base, int(base.rsplit(":", 1)[1])
 
 
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:

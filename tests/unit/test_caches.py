@@ -1,9 +1,7 @@
 """Byte-bounded caches (app/caches.py, issue 9 item 7): bounds in bytes, LRU order, entries
-over the bound, thread safety of the memoizer."""
+over the bound (thread safety: tests/unit/test_segments.py, on LocalLRUCache)."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
@@ -24,6 +22,7 @@ def test_byte_lru_counts_key_and_value_and_evicts_least_recent() -> None:
     assert (cache.hits, cache.misses) == (1, 0)
     assert cache.get("zz") is None and cache.misses == 1
     assert [k for k, _ in cache.items()] == ["c", "d"]
+    assert cache.pop("c") == "c" * 29 and cache.pop("c") is None and cache.current_bytes == 30
     cache.clear()
     assert len(cache) == 0 and cache.current_bytes == 0
     with pytest.raises(ValueError):
@@ -49,26 +48,3 @@ def test_memoize_bounds_results_in_bytes_and_keys_by_digest() -> None:
     assert text_key("w049") in cache and text_key("hello") not in cache, "least recently used first out"
     shout.cache_clear()  # type: ignore[attr-defined]
     assert shout.cache.currsize == 0  # type: ignore[attr-defined]
-
-
-def test_byte_lru_is_thread_safe() -> None:
-    cache: ByteLRU[bytes, bytes] = ByteLRU(10_000, lambda k, v: len(k) + len(v))
-    errors: list[BaseException] = []
-
-    def work(t: int) -> None:
-        try:
-            for i in range(2000):
-                k = f"{t}:{i % 300}".encode()
-                cache.set_many({k: b"v" * (i % 50)})
-                cache.get_many([k, b"missing"])
-                cache.pop(f"{t}:{(i + 7) % 300}".encode())
-        except BaseException as exc:  # pragma: no cover
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors
-    assert cache.current_bytes == sum(len(k) + len(v) for k, v in cache.items()) <= 10_000
