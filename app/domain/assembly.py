@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned
+from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
+from app.domain.memo import bounded_memo
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -35,15 +36,24 @@ SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the 
 
 @dataclass(frozen=True)
 class BoundedResult:
-    """A tool result as it enters the request: verbatim or head + marker + tail."""
+    """A tool result as it enters the request: verbatim or head + marker + tail.
+
+    ``payload_tokens``: the whole payload's tokens when known (counted once and stored,
+    or counted here for a payload within the cap), else None; ``elided_tokens``: those
+    left out by the cut, when known (0 for a verbatim result); ``span``: what the cut
+    leaves out in bytes and lines (None when verbatim); ``payload_bytes`` (UTF-8) and
+    ``payload_lines`` (split on "\n") of the whole payload."""
 
     text: str
-    payload_tokens: int
-    elided_tokens: int
+    payload_tokens: int | None
+    elided_tokens: int | None
+    span: ElidedSpan | None = None
+    payload_bytes: int = 0
+    payload_lines: int = 0
 
     @property
     def representation(self) -> str:
-        return "head_tail" if self.elided_tokens else "verbatim"
+        return "head_tail" if self.span is not None else "verbatim"
 
 
 @dataclass(frozen=True)
@@ -102,20 +112,37 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
     return out, step, writes
 
 
-def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int) -> BoundedResult:
+def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int, *,
+                      payload_tokens: int | None = None) -> BoundedResult:
     """Seed 001 ``bound_tool_output``: the text unchanged if within ``cap_tokens``, else
     a head and a tail (half the cap each) joined by a marker naming the handle and the
-    elided token count. The marker's own tokens are not charged to the cap."""
-    tokens = meter.count_text(result.payload)
-    if tokens <= cap_tokens:
-        return BoundedResult(result.payload, tokens, 0)
+    elided size in lines and bytes. The marker's own tokens are not charged to the cap.
+
+    The cut tokenizes only a window at each end of the payload (``meter.cut_ends``), and
+    the marker says only what is cheap and deterministic (bytes and "\n"-lines of the
+    elided span, the line range to read back), so a 2 MB output costs no more than a
+    small one and the body never depends on whether a token count is known yet.
+    ``payload_tokens``: the payload's exact count when known (stored after its POST);
+    the elided tokens are then that less the head's and the tail's (reported in the
+    manifest only)."""
+    payload = result.payload
+    size, lines = payload_size(payload)
     head_tokens = cap_tokens // 2
-    head, tail, elided = meter.head_tail(result.payload, head_tokens, cap_tokens - head_tokens)
+    cut = meter.cut_ends(payload, head_tokens, cap_tokens - head_tokens)
+    if cut is None:  # within the cap: its count costs no more than the cap
+        tokens = payload_tokens if payload_tokens is not None else meter.count_text(payload)
+        return BoundedResult(payload, tokens, 0, None, size, lines)
+    head, tail = cut
+    span = elided_span(payload, head, tail)
+    elided = None
+    if payload_tokens is not None:
+        elided = max(0, payload_tokens - meter.count_text(head) - meter.count_text(tail))
     marker = (
-        f"\n[... {elided} tokens elided by ctxd; the whole output is kept as handle "
-        f"{result.handle} (GET /v1/handles/{result.handle}) ...]\n"
+        f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) elided by ctxd: lines {span.first_line}-{span.last_line} "
+        f"of the output, kept whole as handle {result.handle} "
+        f"(GET /v1/handles/{result.handle}?lines={span.first_line}:{span.last_line}) ...]\n"
     )
-    return BoundedResult(head + marker + tail, tokens, elided)
+    return BoundedResult(head + marker + tail, payload_tokens, elided, span, size, lines)
 
 
 def observation_text(result: ToolResultEvent, body: str) -> str:
@@ -130,7 +157,7 @@ def observation_text(result: ToolResultEvent, body: str) -> str:
     return ("\n".join(header) + "\n" + body) if header else body
 
 
-@lru_cache(maxsize=16384)
+@bounded_memo(16384, 4096, len)  # at most 64 M characters of arguments
 def _is_json_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
@@ -162,7 +189,12 @@ def _call_preview(arguments: str, limit: int = 80) -> str:
 NOTE_MAX_GROUPS = 32  # turn groups the elision note lists one by one; older ones go to an index payload
 
 
-def _group_line(group: TurnGroup, payload_tokens: dict[str, int]) -> str:
+#: A payload's (UTF-8 bytes, "\n"-lines) by handle: what breadcrumbs say of a tool output's
+#: size (cheap and deterministic; token counts may not be known yet, see bound_tool_output).
+Sizes = Mapping[str, tuple[int, int]]
+
+
+def _group_line(group: TurnGroup, sizes: Sizes) -> str:
     message = group.message
     calls = {r.call_id: r for r in group.results}
     parts = [f"- seq {message.seq} {message.role} turn {message.handle[:SHORT_HANDLE]}"]
@@ -173,28 +205,30 @@ def _group_line(group: TurnGroup, payload_tokens: dict[str, int]) -> str:
         exit_part = f", exit {result.exit_code}" if result.exit_code is not None else ""
         parts.append(
             f": {call.name} {_call_preview(call.arguments)} -> result "
-            f"{result.handle[:SHORT_HANDLE]} ({payload_tokens.get(result.handle, 0)} tokens{exit_part})"
+            f"{result.handle[:SHORT_HANDLE]} ({sizes.get(result.handle, (0, 0))[0]:,} bytes{exit_part})"
         )
     return "".join(parts)
 
 
-def elision_index(groups: Sequence[TurnGroup], payload_tokens: dict[str, int]) -> bytes:
+def elision_index(groups: Sequence[TurnGroup], sizes: Sizes) -> bytes:
     """The index payload of older dropped groups: canonical JSON, one entry per group with
-    its turn handle and each call's result handle and token count."""
+    its turn handle and each call's result handle, size in bytes and lines."""
     entries = []
     for group in groups:
         results = {r.call_id: r for r in group.results}
         entries.append({
             "seq": group.message.seq, "role": group.message.role, "turn": group.message.handle,
             "calls": [{"call_id": c.call_id, "name": c.name, "arguments": c.arguments,
-                       "result": results[c.call_id].handle, "tokens": payload_tokens.get(results[c.call_id].handle, 0),
+                       "result": results[c.call_id].handle,
+                       "bytes": sizes.get(results[c.call_id].handle, (0, 0))[0],
+                       "lines": sizes.get(results[c.call_id].handle, (0, 0))[1],
                        "exit_code": results[c.call_id].exit_code}
                       for c in group.message.tool_calls if c.call_id in results],
         })
     return json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int], *,
+def elision_note(dropped: Sequence[TurnGroup], sizes: Sizes, *,
                  max_groups: int = NOTE_MAX_GROUPS) -> tuple[str, dict[str, bytes]]:
     """One breadcrumb naming every dropped turn group's handles (seed 001).
 
@@ -205,23 +239,23 @@ def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int], *
     if not dropped:
         return "", {}
     first, last = dropped[0].first_seq, max(max(g.seqs) for g in dropped)
-    total = sum(payload_tokens.get(r.handle, 0) for g in dropped for r in g.results)
+    total = sum(sizes.get(r.handle, (0, 0))[0] for g in dropped for r in g.results)
     lines = [
         "## Elided history",
-        f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total} tokens) "
+        f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total:,} bytes) "
         "were removed from this request to fit the token budget. Nothing is lost: read any of them "
         "back by handle (GET /v1/handles/<handle>, prefixes accepted).",
     ]
     derived: dict[str, bytes] = {}
     older, recent = dropped[: max(0, len(dropped) - max_groups)], dropped[max(0, len(dropped) - max_groups):]
     if older:
-        index = elision_index(older, payload_tokens)
+        index = elision_index(older, sizes)
         handle = hashlib.sha256(index).hexdigest()
         derived[handle] = index
         older_last = max(max(g.seqs) for g in older)
         lines.append(f"- seq {older[0].first_seq}-{older_last}: {len(older)} older turn groups; their turn and "
                      f"result handles are listed in index {handle[:SHORT_HANDLE]} (JSON)")
-    lines.extend(_group_line(group, payload_tokens) for group in recent)
+    lines.extend(_group_line(group, sizes) for group in recent)
     return "\n".join(lines), derived
 
 
@@ -257,10 +291,10 @@ def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_r
 
 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
-                  step: StepEvent | None, payload_tokens: dict[str, int]) -> tuple[Conversation, dict[str, bytes]]:
+                  step: StepEvent | None, sizes: Sizes) -> tuple[Conversation, dict[str, bytes]]:
     """The conversation with ``dropped`` elided, and the index payloads its note names."""
     trunk = render_contract(session.contract)
-    note, derived = elision_note(dropped, payload_tokens)
+    note, derived = elision_note(dropped, sizes)
     if note:
         trunk = trunk + "\n\n" + note
     leaf: list[LeafMessage] = []
@@ -290,6 +324,7 @@ def assemble_window(
     previous_cut_seq: int = 0,
     render_reasoning: bool = False,
     leaf_cache: MutableMapping[Any, Any] | None = None,
+    payload_tokens: Mapping[str, int] | None = None,
 ) -> Assembly:
     """Select and lay out the next request under the window policy.
 
@@ -307,22 +342,28 @@ def assemble_window(
     leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
     messages are the same objects (cheap to hash for the layout digest).
 
+    ``payload_tokens``: exact token counts of tool outputs known so far (handle -> tokens,
+    stored after their POST). They go into the manifest only (items' ``tokens`` and
+    ``elided_tokens``, with ``tokens_known``); the request body never depends on them.
+
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
     """
     groups, step, writes = build_turn_groups(events)
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
     bounded: dict[str, BoundedResult] = {}
-    payload_tokens: dict[str, int] = {}
+    sizes: dict[str, tuple[int, int]] = {}
+    known = payload_tokens or {}
     for group in groups:
         for result in group.results:
             if result.handle not in bounded:
-                key = ("bounded", meter, item_cap_tokens, result.handle, result.payload)
+                count = known.get(result.handle)
+                key = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
                 b = cache.get(key)
                 if b is None:
-                    b = cache[key] = bound_tool_output(meter, result, item_cap_tokens)
+                    b = cache[key] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
                 bounded[result.handle] = b
-                payload_tokens[result.handle] = b.payload_tokens
+                sizes[result.handle] = (b.payload_bytes, b.payload_lines)
 
     # each group's leaf messages, built once (and, with a leaf_cache, once per session)
     leaf_groups: list[tuple[LeafMessage, ...]] = []
@@ -339,7 +380,7 @@ def assemble_window(
     derived_by_k: dict[int, dict[str, bytes]] = {}
 
     def build(k: int) -> tuple[Conversation, Measurement]:
-        conv, derived_by_k[k] = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens)
+        conv, derived_by_k[k] = _conversation(session, leaf_groups[k:], groups[:k], step, sizes)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
@@ -377,15 +418,22 @@ def assemble_window(
         for event in (group.message, *group.results):
             entry: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "handle": event.handle}
             if isinstance(event, ToolResultEvent):
+                b = bounded[event.handle]
                 entry["call_id"] = event.call_id
-                entry["tokens"] = payload_tokens[event.handle]
+                entry["bytes"], entry["lines"] = b.payload_bytes, b.payload_lines
+                entry["tokens_known"] = b.payload_tokens is not None
+                if b.payload_tokens is not None:
+                    entry["tokens"] = b.payload_tokens
             if kept:
                 entry["zone"] = "leaf"
                 if isinstance(event, ToolResultEvent):
-                    b = bounded[event.handle]
                     entry["representation"] = b.representation
-                    entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if b.elided_tokens else "")
-                    if b.elided_tokens:
+                    cut = b.span is not None
+                    entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if cut else "")
+                    if b.span is not None:
+                        entry["elided_bytes"] = b.span.bytes
+                        entry["elided_lines"] = [b.span.first_line, b.span.last_line]
+                    if cut and b.elided_tokens is not None:
                         entry["elided_tokens"] = b.elided_tokens
                 elif group.pending and not group.results and not event.content:
                     entry["zone"] = None

@@ -36,5 +36,10 @@ class TokenMeter(Protocol):
     def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
         """Split ``text`` at token boundaries: (head, tail, elided token count)."""
 
+    def cut_ends(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str] | None:
+        """``(head, tail)`` of about ``head_tokens`` and ``tail_tokens`` tokens, tokenizing
+        only a window at each end (:func:`app.domain.cuts.windowed_head_tail`), or None when
+        ``text`` has no more than ``head_tokens + tail_tokens`` tokens."""
+
     def measure(self, conversation: "Conversation") -> Measurement:
         """Render ``conversation`` with the chat template and count it exactly."""

@@ -13,6 +13,7 @@ from app.domain.assembly import Assembly, assemble_window
 from app.domain.errors import ManifestNotFound, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
+from app.domain.types import ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo, memo_of
 from app.services.sessions import require_session_row
@@ -110,6 +111,28 @@ def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str,
     return report, info
 
 
+def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: dict[Any, Any]) -> dict[str, int]:
+    """Exact token counts of the session's tool outputs known so far (handle -> tokens, under
+    the meter's tokenizer), read from the payloads table only for outputs whose count the
+    session's memo (``stash``, its leaf cache) does not hold yet: counts never change, so
+    each is read once per session once it exists (issue 9, item 7)."""
+    tokenizer_id = getattr(meter, "tokenizer_id", None)
+    if tokenizer_id is None:
+        return {}
+    handles = {e.handle for e in events if isinstance(e, ToolResultEvent)}
+    missing = [h for h in handles if ("payload_tokens", tokenizer_id, h) not in stash]
+    if missing:
+        for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
+            if count is not None:
+                stash[("payload_tokens", tokenizer_id, handle)] = count
+    out = {}
+    for handle in handles:
+        count = stash.get(("payload_tokens", tokenizer_id, handle))
+        if count is not None:
+            out[handle] = count
+    return out
+
+
 def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
                      fmt: str = "openai") -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
@@ -131,10 +154,11 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     meter = meters.get(profile)
     memo = memo_of(meters)
     events = memo.events(db, session_id, row.last_seq)
+    leaf_cache = memo.leaf_cache(session_id)
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
-                               render_reasoning=profile.render_reasoning,
-                               leaf_cache=memo.leaf_cache(session_id))
+                               render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
+                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
         assert stored == handle  # content-addressed: the note names exactly what is stored
@@ -160,6 +184,10 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         "items": list(assembly.items),
         "elided": list(assembly.elided),
         "elided_tokens": elided_tokens + capped_tokens,
+        # False while some elided or cut output's token count is not known yet (it is counted
+        # once after its POST): elided_tokens then sums the known ones
+        "elided_tokens_exact": all(i.get("tokens_known", True) for i in (*assembly.elided, *assembly.items)
+                                   if i.get("representation") in ("elided", "head_tail")),
         "layout_warnings": list(assembly.warnings),
     }
     if fmt == "anthropic":

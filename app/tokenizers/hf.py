@@ -31,6 +31,7 @@ from bisect import bisect_left
 from typing import Any, Callable, Sequence
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
+from app.domain.cuts import windowed_head_tail
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.tokenizers.native import native_renderer, template_sha256
@@ -44,9 +45,27 @@ PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
 ARGUMENTS_MEMO_BYTES = 16 * 1024 * 1024  # arguments_text: the arguments and their printed form
 TEMPLATE_MESSAGE_MEMO_BYTES = 64 * 1024 * 1024  # _shared_template_message: leaf messages as template dicts
 COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
-HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail: the head and tail cut from capped payloads
+HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
 RECENT_BYTES = 64 * 1024 * 1024  # _recent: the previous request's text and encoding per root+trunk
+
+
+def memoized_cuts(cut: Callable[[str, int, int], tuple[str, str, int]], max_bytes: int
+                  ) -> tuple[Callable[..., tuple[str, str, int]], Callable[..., tuple[str, str] | None]]:
+    """A meter's ``head_tail`` (the exact ``cut``) and ``cut_ends`` (windowed, see
+    :func:`app.domain.cuts.windowed_head_tail`), each memoized in ``max_bytes`` keyed by the
+    text's sha256: payloads are immutable, so a capped output is cut once, not per GET."""
+
+    def key(text: str, head: int, tail: int) -> tuple[bytes, int, int]:
+        return text_key(text), head, tail
+
+    def size(result: tuple[str, ...] | None) -> int:
+        return ENTRY_OVERHEAD + (sum(sys.getsizeof(part) for part in result[:2]) if result else 0)
+
+    def cut_ends(text: str, head: int, tail: int) -> tuple[str, str] | None:
+        return windowed_head_tail(text, head, tail, cut)
+
+    return memoize(max_bytes, key=key, sizeof=size)(cut), memoize(max_bytes, key=key, sizeof=size)(cut_ends)
 
 
 def _encoded_bytes(text: str, encoded: Any) -> int:
@@ -191,9 +210,7 @@ class HFChatMeter:
         # by the text's sha256, so the memo does not hold the text)
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
-        self.head_tail = memoize(  # type: ignore[method-assign]
-            HEAD_TAIL_MEMO_BYTES, key=lambda text, head, tail: (text_key(text), head, tail),
-            sizeof=lambda cut: sys.getsizeof(cut[0]) + sys.getsizeof(cut[1]) + ENTRY_OVERHEAD)(self._head_tail)
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
         self._heads: ByteLRU[str, tuple[int, int, int]] = ByteLRU(HEADS_BYTES, lambda key, _: len(key) + ENTRY_OVERHEAD)
         self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
             RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))

@@ -13,6 +13,7 @@ import sys
 from typing import Any, Iterator, Mapping, MutableMapping
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
+from app.tokenizers.hf import memoized_cuts
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
 from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
@@ -22,7 +23,7 @@ from app.wire.openai import serialize
 #: Byte bounds of the meter's memos (app/caches.py; issue 9 item 7).
 SEGMENT_MEMO_BYTES = 64 * 1024 * 1024  # the segmenter's per-message ids (key text + 8 bytes an id)
 COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
-HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail: the head and tail cut from capped payloads
+HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 
 
 class _BoundedDict(MutableMapping[str, list[int]]):
@@ -63,9 +64,7 @@ class MistralMeter:
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
-        self.head_tail = memoize(  # type: ignore[method-assign]
-            HEAD_TAIL_MEMO_BYTES, key=lambda text, head, tail: (text_key(text), head, tail),
-            sizeof=lambda cut: sys.getsizeof(cut[0]) + sys.getsizeof(cut[1]) + ENTRY_OVERHEAD)(self._head_tail)
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
 
     @property
     def tokenizer_id(self) -> str:

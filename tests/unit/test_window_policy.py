@@ -143,13 +143,27 @@ def test_note_stays_bounded_with_an_index_of_older_groups() -> None:
 
 def test_item_cap_bounds_tool_output_head_tail() -> None:
     events = session_events([[500]])
+    payload = events[1].payload
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
     tool = [m for m in result.conversation.leaf if m.role == "tool"][0]
     assert "t0r0w0 " in tool.content and tool.content.endswith("t0r0w499")
-    assert "400 tokens elided" in tool.content and events[1].handle in tool.content
+    elided = payload[len(words(50, "t0r0w")) : len(payload) - len(" ".join(f"t0r0w{i}" for i in range(450, 500)))]
+    assert elided.startswith(" t0r0w50 ") and elided.endswith("t0r0w449 ")
+    # the marker: size in lines and bytes of what is left out, and the handle with the lines to read
+    marker = (f"[... 1 lines ({len(elided.encode()):,} bytes) elided by ctxd: lines 1-1 of the output, kept whole "
+              f"as handle {events[1].handle} (GET /v1/handles/{events[1].handle}?lines=1:1) ...]")
+    assert marker in tool.content and "tokens" not in tool.content
     item = [i for i in result.items if i["kind"] == "tool_result"][0]
-    assert item["representation"] == "head_tail" and item["elided_tokens"] == 400
+    assert item["representation"] == "head_tail" and item["elided_bytes"] == len(elided.encode())
+    assert item["elided_lines"] == [1, 1] and item["bytes"] == len(payload) and item["lines"] == 1
+    assert item["tokens_known"] is False and "tokens" not in item and "elided_tokens" not in item
+    # with the payload's count known (stored after its POST): reported in the manifest, same body
+    known = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100,
+                            payload_tokens={events[1].handle: 500})
+    assert known.conversation == result.conversation
+    item = [i for i in known.items if i["kind"] == "tool_result"][0]
+    assert item["tokens_known"] is True and item["tokens"] == 500 and item["elided_tokens"] == 400
 
 
 def test_pinned_over_budget_raises_with_role() -> None:
