@@ -111,25 +111,36 @@ def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str,
     return report, info
 
 
+#: GETs that look a missing payload count up in storage before giving up on it (the count is
+#: computed after the output's POST; a failed or slow count must not cost a read per GET).
+COUNT_LOOKUPS = 3
+
+
 def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: dict[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens, under
-    the meter's tokenizer), read from the payloads table only for outputs whose count the
-    session's memo (``stash``, its leaf cache) does not hold yet: counts never change, so
-    each is read once per session once it exists (issue 9, item 7)."""
+    the meter's tokenizer). Counts never change, so each is read from the payloads table
+    once and kept in the session's memo (``stash``, its leaf cache); an output whose count
+    is not stored yet is looked up again on at most ``COUNT_LOOKUPS`` GETs (one SELECT for
+    all such outputs), so a GET reads only the few newest (issue 9, item 7)."""
     tokenizer_id = getattr(meter, "tokenizer_id", None)
     if tokenizer_id is None:
         return {}
-    handles = {e.handle for e in events if isinstance(e, ToolResultEvent)}
-    missing = [h for h in handles if ("payload_tokens", tokenizer_id, h) not in stash]
+    out: dict[str, int] = {}
+    missing: list[str] = []
+    for event in events:
+        if isinstance(event, ToolResultEvent):
+            count = stash.get(("payload_tokens", tokenizer_id, event.handle))
+            if count is not None:
+                out[event.handle] = count
+            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
+                missing.append(event.handle)
     if missing:
         for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[("payload_tokens", tokenizer_id, handle)] = count
-    out = {}
-    for handle in handles:
-        count = stash.get(("payload_tokens", tokenizer_id, handle))
-        if count is not None:
-            out[handle] = count
+                stash[("payload_tokens", tokenizer_id, handle)] = out[handle] = count
+        for handle in missing:
+            key = ("payload_tokens_lookups", tokenizer_id, handle)
+            stash[key] = stash.get(key, 0) + 1
     return out
 
 
