@@ -27,7 +27,9 @@ def bounded_memo(maxsize: int, max_chars: int, size: Callable[[A], int]) -> Call
 
         @wraps(function)
         def wrapper(argument: A) -> R:
-            return cached(argument) if size(argument) <= max_chars else function(argument)
+            if size(argument) <= max_chars:
+                return cached(argument)
+            return function(argument)
 
         wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
         return wrapper

@@ -26,7 +26,12 @@ def _leaf_key(m: LeafMessage) -> list[Any]:
 
 
 def _leaf_chars(m: LeafMessage) -> int:
-    return len(m.content) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls)
+    n = len(m.content)
+    if m.reasoning:
+        n += len(m.reasoning)
+    for call in m.tool_calls:
+        n += len(call.arguments)
+    return n
 
 
 @bounded_memo(65536, 4096, _leaf_chars)  # messages of up to 4,096 characters: at most 256 M characters
