@@ -303,18 +303,27 @@ class Harness:
             db.commit()
         return sid
 
-    def post_events(self, session_id: str, events: Sequence[dict[str, Any]]) -> tuple[int, float]:
+    def post_events(self, session_id: str, events: Sequence[dict[str, Any]], *,
+                    meters: Any = None) -> tuple[int, float]:
         """One POST: schema validation + ``ingest_events`` + commit. Returns (the session's
-        last seq after it, seconds)."""
+        last seq after it, seconds). With ``meters``, then (untimed, as the server's
+        background task after the response) the new tool outputs' token counts."""
         from app.api.schemas import EventBatch
+        from app.services import requests as request_service
         from app.services import sessions as session_service
+        from app.store.db import unit_of_work
 
         t0 = time.perf_counter()
         batch = EventBatch.model_validate({"events": list(events)})
         with self.factory() as db:
             out = session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events])
             db.commit()
-        return int(out["last_seq"]), time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        if meters is not None and out["new_tool_outputs"]:
+            tokenizer_id, counts = session_service.count_payload_tokens(
+                lambda: unit_of_work(self.factory), self.profiles, meters, session_id, out["new_tool_outputs"])
+            request_service.remember_payload_tokens(meters, session_id, tokenizer_id, counts)
+        return int(out["last_seq"]), seconds
 
     def stored_bytes(self, session_id: str) -> dict[str, int]:
         """Bytes of the session's manifests and prefix states as stored (JSON text)."""
@@ -399,7 +408,7 @@ def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | Non
     records: list[CallRecord] = []
     for step in replay_plan(traj):
         if isinstance(step, PostEvents):
-            h.post_events(sid, step.events)
+            h.post_events(sid, step.events, meters=meters)
         elif isinstance(step, ModelCall):
             if limit is not None and len(records) >= limit:
                 break
@@ -618,7 +627,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
             for step in replay_plan(traj):
                 if isinstance(step, PostEvents):
                     for mode in MODES:
-                        posted = h.post_events(sids[mode], step.events)
+                        posted = h.post_events(sids[mode], step.events, meters=registries[mode])
                         if mode == "warm":
                             posts.append(posted)
                     continue

@@ -116,6 +116,18 @@ def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str,
 COUNT_LOOKUPS = 3
 
 
+def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str, str]:
+    return ("payload_tokens", tokenizer_id, handle)
+
+
+def remember_payload_tokens(meters: MeterRegistry, session_id: str, tokenizer_id: str, counts: dict[str, int]) -> None:
+    """Keep counts just computed for a session's outputs in this worker's memo, so its next
+    GETs need not read them back (another worker reads them from storage)."""
+    stash = memo_of(meters).leaf_cache(session_id)
+    for handle, count in counts.items():
+        stash[_count_key(tokenizer_id, handle)] = count
+
+
 def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: dict[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens, under
     the meter's tokenizer). Counts never change, so each is read from the payloads table
@@ -129,7 +141,7 @@ def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: 
     missing: list[str] = []
     for event in events:
         if isinstance(event, ToolResultEvent):
-            count = stash.get(("payload_tokens", tokenizer_id, event.handle))
+            count = stash.get(_count_key(tokenizer_id, event.handle))
             if count is not None:
                 out[event.handle] = count
             elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
@@ -137,7 +149,7 @@ def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: 
     if missing:
         for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[("payload_tokens", tokenizer_id, handle)] = out[handle] = count
+                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
         for handle in missing:
             key = ("payload_tokens_lookups", tokenizer_id, handle)
             stash[key] = stash.get(key, 0) + 1

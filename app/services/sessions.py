@@ -160,22 +160,22 @@ _COUNTING = threading.Lock()  # one background count at a time per process: it i
 
 
 def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
-                         session_id: str, handles: Sequence[str]) -> dict[str, int]:
+                         session_id: str, handles: Sequence[str]) -> tuple[str, dict[str, int]]:
     """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
     store each count beside its payload (``payloads.token_counts``), once per payload and
     tokenizer (issue 9, item 7). Run after the POST that stored them (a background task):
     counting a 2 MB output takes seconds, so it happens in no request. Two short
     transactions (read, then write); none is open while tokenizing.
 
-    Returns the counts computed now (handle -> tokens). Payloads already counted, unknown
-    handles and a session that is gone are skipped. Raises TokenizerUnavailable when the
-    profile's tokenizer cannot be loaded."""
+    Returns (the tokenizer id, the counts computed now: handle -> tokens). Payloads
+    already counted, unknown handles and a session that is gone are skipped. Raises
+    TokenizerUnavailable when the profile's tokenizer cannot be loaded."""
     if not handles:
-        return {}
+        return "", {}
     with uow() as db:
         row = repo.get_session_row(db, session_id)
         if row is None:
-            return {}
+            return "", {}
         meter = meters.get(profiles.get(row.profile))
         tokenizer_id = str(meter.tokenizer_id)
         missing = [h for h, n in repo.payload_token_counts(db, handles, tokenizer_id).items() if n is None]
@@ -187,7 +187,7 @@ def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles
     if counts:
         with uow() as db:
             repo.store_token_counts(db, tokenizer_id, counts)
-    return counts
+    return tokenizer_id, counts
 
 
 def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, length: int | None = None,

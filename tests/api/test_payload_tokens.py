@@ -38,7 +38,7 @@ def test_tool_output_tokens_are_counted_once_after_the_post(client: TestClient) 
         return unit_of_work(state.session_factory)
 
     # already counted: nothing is computed again; qwen3-128k shares the tokenizer, so the count
-    assert count_payload_tokens(uow, state.profiles, state.meters, sid, [handle]) == {}
+    assert count_payload_tokens(uow, state.profiles, state.meters, sid, [handle]) == (meter.tokenizer_id, {})
     other = new_session(client, profile="qwen3-128k")
     assert post(client, other, assistant("a1", "c1"), result("r1", "c1", payload)).status_code == 200
     assert stored_counts(client, handle) == {meter.tokenizer_id: expected}
@@ -50,5 +50,5 @@ def test_tool_output_tokens_are_counted_once_after_the_post(client: TestClient) 
     assert counts == {meter.tokenizer_id: expected, tekken.tokenizer_id: tekken.count_text(payload)}
     assert tekken.tokenizer_id != meter.tokenizer_id
     # a message's payload and unknown handles are not counted; a session that is gone is skipped
-    assert count_payload_tokens(uow, state.profiles, state.meters, sid, ["0" * 64]) == {}
-    assert count_payload_tokens(uow, state.profiles, state.meters, "f" * 32, [handle]) == {}
+    assert count_payload_tokens(uow, state.profiles, state.meters, sid, ["0" * 64]) == (meter.tokenizer_id, {})
+    assert count_payload_tokens(uow, state.profiles, state.meters, "f" * 32, [handle]) == ("", {})

@@ -57,7 +57,8 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
 
 def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, session_id: str, handles: list[str]) -> None:
     try:
-        session_service.count_payload_tokens(uow, profiles, meters, session_id, handles)
+        tokenizer_id, counts = session_service.count_payload_tokens(uow, profiles, meters, session_id, handles)
+        request_service.remember_payload_tokens(meters, session_id, tokenizer_id, counts)
     except Exception:  # an optimisation: never fails anything; GETs report the count as unknown
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
