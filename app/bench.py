@@ -44,6 +44,14 @@ As a reference the table also gives **template only**: one ``apply_chat_template
 (tokenize=True) on the served body alone (``openai_to_template_messages`` of the OpenAI
 body), outside any GET; its count is checked equal to the manifest's total.
 
+Writes per GET: after the timed replays, one more warm replay (not timed) records each
+GET's SQL statements (SQLAlchemy ``before_cursor_execute``; an executemany counts once),
+the bytes it appended to the WAL, and the growth of the main database file after
+``PRAGMA wal_checkpoint(TRUNCATE)`` (the WAL is checkpointed before and after every GET
+of that replay, which would move its timings), split by whether the request extended the
+previous one; plus the manifests and prefix states that session stored. POST latency
+(validation + ``ingest_events`` + commit) is taken along the timed warm replay.
+
 Requests are grouped by their size in tokens (bands <10k, 10k-20k, 20k-40k, >=40k);
 p50 and p95 are linear-interpolated percentiles (numpy) over all GETs of a band, pooled
 over repetitions. The targets (warm p50 at least 5x faster than naive for requests of
@@ -400,11 +408,17 @@ def _record(step: Any, seconds: float, out: Any, io: dict[str, int] | None = Non
 
 
 def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | None = None,
-           advance: Callable[[], None] | None = None) -> list[CallRecord]:
-    """Replay ``traj`` (mini-swe-agent) into a new session; time every GET."""
+           advance: Callable[[], None] | None = None, io: bool = False,
+           session: list[str] | None = None) -> list[CallRecord]:
+    """Replay ``traj`` (mini-swe-agent) into a new session; time every GET. With ``io``,
+    each GET's statements and bytes written are recorded too (``Harness.timed_get``: the
+    WAL is checkpointed around it, which moves its time, so such a replay is not timed).
+    ``session`` (a list) receives the session id."""
     from app.adapters.miniswe import ModelCall, PostEvents, replay_plan, session_create_body
 
     sid = h.create_session(session_create_body(traj, profile=profile))
+    if session is not None:
+        session.append(sid)
     records: list[CallRecord] = []
     for step in replay_plan(traj):
         if isinstance(step, PostEvents):
@@ -412,8 +426,9 @@ def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | Non
         elif isinstance(step, ModelCall):
             if limit is not None and len(records) >= limit:
                 break
-            seconds, out = h.timed_get(meters, sid)
-            records.append(_record(step, seconds, out))
+            stats: dict[str, int] | None = {} if io else None
+            seconds, out = h.timed_get(meters, sid, io=stats)
+            records.append(_record(step, seconds, out, stats))
             if advance is not None:
                 advance()
     return records
@@ -607,7 +622,6 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
 
     per_mode: dict[str, list[list[CallRecord]]] = {m: [] for m in MODES}
     post_runs: list[list[tuple[int, float]]] = []  # warm sessions: (last seq, seconds) per POST
-    stored: list[dict[str, int]] = []  # warm sessions: manifests and prefix states as stored
     template_s: list[dict[int, float]] = []
     template_mismatch: list[int] = []
 
@@ -637,9 +651,8 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                     if mode == "cold":
                         registries[mode].token_cache.clear()
                         _reset_meter(meters[mode])
-                    io: dict[str, int] | None = {} if io_stats else None
-                    seconds, out = h.timed_get(registries[mode], sids[mode], io=io)
-                    runs[mode].append(_record(step, seconds, out, io))
+                    seconds, out = h.timed_get(registries[mode], sids[mode])
+                    runs[mode].append(_record(step, seconds, out))
                     if mode == "warm" and template_reference:
                         body = out.request
                         msgs = openai_to_template_messages(body["messages"])
@@ -654,9 +667,16 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
             for mode in MODES:
                 per_mode[mode].append(runs[mode])
             post_runs.append(posts)
-            stored.append(h.stored_bytes(sids["warm"]))
             if template_reference:
                 template_s.append(times)
+
+    # Writes per GET: one more warm replay, not timed (checkpoints around every GET).
+    io_figures = None
+    if io_stats:
+        reset("warm")
+        sid_of: list[str] = []
+        io_run = replay(h, traj, registries["warm"], profile, io=True, session=sid_of)
+        io_figures = _io_figures([io_run], [h.stored_bytes(sid_of[0])])
 
     # Checks: the three ways serve the same requests with the same counts.
     reference = per_mode["warm"][0]
@@ -710,7 +730,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
         "bands": bands,
         "all": _group(samples, lambda s: True),
         "targets": targets,
-        "io": _io_figures(per_mode["warm"], stored) if io_stats else None,
+        "io": io_figures,
         "posts": _posts_along(post_runs),
         "checks": {"requests_differing_from_warm": mismatched, "template_count_mismatches": len(template_mismatch),
                    "naive_template_calls": getattr(meters["naive"], "template_calls", None)},
@@ -722,9 +742,9 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
             "naive": "meter replaced by one full apply_chat_template(tokenize=True) per measurement",
             "template": "one apply_chat_template(tokenize=True) on the served body alone, outside the GET (reference)",
             "percentiles": "numpy linear interpolation over all GETs of the band, pooled over repetitions",
-            "io": "warm GETs: SQL statements (SQLAlchemy before_cursor_execute; an executemany counts once), bytes "
-                  "the GET appended to the WAL, and growth of the main database file after PRAGMA "
-                  "wal_checkpoint(TRUNCATE) (checkpoints before and after each GET of every mode, untimed)",
+            "io": "one more warm replay, not timed: per GET, SQL statements (SQLAlchemy before_cursor_execute; "
+                  "an executemany counts once), bytes the GET appended to the WAL, and growth of the main "
+                  "database file after PRAGMA wal_checkpoint(TRUNCATE) (checkpoints before and after each GET)",
             "posts": "warm session: schema validation + ingest_events + commit per POST; quarters of the POSTs",
         },
         "environment": _environment(),
