@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
+from app.domain.memo import bounded_memo
+from app.domain.prefix_layout import leaf_chars
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.tokenizers.native import native_renderer, template_sha256
@@ -40,10 +42,13 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
 
-# Byte bounds of the in-process memos (app/caches.py; issue 9 item 7). Module-level memos
-# are shared by every meter; the others are per meter.
-ARGUMENTS_MEMO_BYTES = 16 * 1024 * 1024  # arguments_text: the arguments and their printed form
-TEMPLATE_MESSAGE_MEMO_BYTES = 64 * 1024 * 1024  # _shared_template_message: leaf messages as template dicts
+# Bounds of the in-process memos (issue 9 item 7). The module-level memos of the render
+# path (arguments_text, _shared_template_message) run hundreds of times a GET, so they are
+# functools' LRU (app.domain.memo.bounded_memo) holding entries of at most MEMO_ENTRY_CHARS
+# characters: at most 64 M characters each. The meters' own memos are cachetools LRUs
+# bounded in bytes (app/caches.py).
+MEMO_ENTRIES = 16384
+MEMO_ENTRY_CHARS = 4096
 COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
 HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
@@ -84,8 +89,7 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else arguments
 
 
-@memoize(ARGUMENTS_MEMO_BYTES, key=lambda arguments: arguments,
-         sizeof=lambda printed: 2 * sys.getsizeof(printed) + ENTRY_OVERHEAD)  # key and value
+@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, len)
 def arguments_text(arguments: str) -> str:
     """What a template's ``arguments | tojson`` prints for :func:`parse_arguments`'s value:
     the JSON object dumped as transformers' ``tojson`` does, else the string itself.
@@ -132,15 +136,7 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
     return {"role": m.role, "content": m.content}
 
 
-def _template_message_bytes(message: dict[str, Any]) -> int:
-    """Estimated bytes of a memoized template message (its texts; the key holds the same)."""
-    calls = message.get("tool_calls") or ()
-    return (sys.getsizeof(message.get("content") or "") + sys.getsizeof(message.get("reasoning_content") or "")
-            + sum(sys.getsizeof(c["function"]["arguments"]) + 200 for c in calls) + 2 * ENTRY_OVERHEAD)
-
-
-@memoize(TEMPLATE_MESSAGE_MEMO_BYTES, key=lambda m, render_reasoning: (m, render_reasoning),
-         sizeof=_template_message_bytes)
+@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, leaf_chars)
 def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
     return _template_message(m, render_reasoning, arguments_text)
 
