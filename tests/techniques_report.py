@@ -75,6 +75,7 @@ def main(argv: list[str]) -> int:
             token_of.setdefault(o.output, count(o.output))
     total_tokens = sum(token_of.get(o.output, 0) for o in outputs)
     rows = {name: Row() for name in TECHNIQUES}
+    protected = protected_kept = 0
     for o in outputs:
         raw_bytes = len(o.output.encode())
         for name, technique in TECHNIQUES.items():
@@ -84,6 +85,10 @@ def main(argv: list[str]) -> int:
             out_bytes = len(result.text.encode())
             if name.startswith("digest") and out_bytes >= raw_bytes:
                 continue
+            if name.startswith("slice"):
+                stats = dict(result.lineage[-1].stats)
+                protected += stats["protected"]
+                protected_kept += stats["protected_kept"]
             row = rows[name]
             row.applies += 1
             row.bytes_in += raw_bytes
@@ -108,6 +113,7 @@ def main(argv: list[str]) -> int:
             tsaved = row.tokens_in - row.tokens_out
             line += f" {row.tokens_in} -> {row.tokens_out} | {tsaved} ({100 * tsaved / total_tokens:.1f}%) |"
         print(line)
+    print(f"\nslice kept {protected_kept} of the {protected} protected lines of the outputs it changed.")
     return 0
 
 
