@@ -27,6 +27,8 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
     errors.TokenizerUnavailable: 503,
+    errors.InvalidPrecondition: 422,
+    errors.PreconditionFailed: 409,
 }
 
 

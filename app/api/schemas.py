@@ -168,3 +168,27 @@ class EventBatchOut(BaseModel):
 class AssembledRequest(BaseModel):
     request: dict[str, Any]
     manifest: dict[str, Any]
+
+
+class PreconditionIn(Strict):
+    """The state of ``artifact`` an action was planned on: its ``revision`` (the
+    server's counter; an artifact never written is at 0) and/or its ``content_hash``."""
+
+    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    revision: Annotated[int, Field(ge=0)] | None = None
+    content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "PreconditionIn":
+        if self.revision is None and self.content_hash is None:
+            raise ValueError("give revision or content_hash (or both)")
+        return self
+
+
+class PreconditionOut(BaseModel):
+    """The precondition holds: the artifact's current state."""
+
+    artifact: str
+    revision: int
+    content_hash: str | None = None
+    holds: Literal[True] = True

@@ -68,3 +68,16 @@ class PinnedOverBudget(DomainError):
 
 class TokenizerUnavailable(DomainError):
     title = "Tokenizer unavailable"
+
+
+class InvalidPrecondition(DomainError):
+    """A precondition that cannot be checked: nothing presented, or a revision ahead of
+    the server's counter (never observed)."""
+
+    title = "Invalid precondition"
+
+
+class PreconditionFailed(DomainError):
+    """The artifact state an action was planned on no longer holds (compare-and-swap)."""
+
+    title = "Precondition failed"

@@ -7,7 +7,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.api.deps import Meters, Profiles, Uow
-from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
+from app.api.schemas import (
+    AssembledRequest,
+    EventBatch,
+    EventBatchOut,
+    PreconditionIn,
+    PreconditionOut,
+    SessionCreate,
+    SessionCreated,
+    SessionOut,
+)
+from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
 
@@ -43,6 +53,17 @@ def post_events(session_id: str, batch: EventBatch, uow: Uow) -> EventBatchOut:
     events = [e.model_dump(mode="json") for e in batch.events]
     with uow() as db:
         return EventBatchOut(**session_service.ingest_events(db, session_id, events))
+
+
+@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=ERRORS)
+def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> PreconditionOut:
+    """Action-time precondition (compare-and-swap, seed 000 section 4.7.2): 200 when the
+    artifact is still at the presented revision / content hash, else 409 problem+json
+    with the current ``revision`` (and ``content_hash`` when known)."""
+    with uow() as db:
+        state = precondition_service.check(db, session_id, body.artifact, revision=body.revision,
+                                           content_hash=body.content_hash)
+    return PreconditionOut(**state.as_dict())
 
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)
