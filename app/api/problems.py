@@ -26,7 +26,9 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.InvalidRange: 416,
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
+    errors.NewestGroupOverBudget: 422,
     errors.TokenizerUnavailable: 503,
+    errors.ServerFault: 500,
 }
 
 
