@@ -136,3 +136,48 @@ def test_every_response_carries_a_request_id(base_url: str) -> None:
     assert all(HEX32.match(i) for i in ids) and len(set(ids)) == 5
     for r in (missing, bad, method, unknown):
         assert r.json()["request_id"] == r.headers["x-request-id"]
+
+
+TOOLS_IN_USER_TEMPLATE = (  # tools rendered into the first user message (as Llama 3.1 may do)
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if loop.index0 == 1 and tools %}Tools: {{ tools | tojson }}\n{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_template_ctxd_cannot_count_by_zone_is_a_named_500(tmp_path: Path) -> None:
+    """HFChatMeter._head raised a bare ValueError (a 500 "Internal error" that names
+    nothing). It is ctxd's (the profile's), not the caller's: a 500 problem that says which
+    rule the template breaks, with the request id, and the session stays readable."""
+    import json
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from app.tokenizers.loading import qwen3_tokenizer_dir
+
+    tok_dir = tmp_path / "tok"
+    shutil.copytree(qwen3_tokenizer_dir(), tok_dir)
+    config = json.loads((tok_dir / "tokenizer_config.json").read_text())
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": TOOLS_IN_USER_TEMPLATE}))
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(f'''[tools-in-user]
+model = "test/tools-in-user"
+tokenizer = {{ kind = "hf_dir", path = "{tok_dir}", render_cache = "none" }}
+window = 8192
+output_reserve = 1024
+headroom = 0
+item_cap_tokens = 1024
+''')
+    with TestClient(create_app(Settings(data_dir=tmp_path / "data", profiles_path=profiles)),
+                    raise_server_exceptions=False) as client:
+        sid = client.post("/v1/sessions", json=SESSION | {"profile": "tools-in-user"}).json()["id"]
+        r = client.get(f"/v1/sessions/{sid}/request", headers={"X-Request-ID": "tmpl-1"})
+        assert r.status_code == 500 and r.headers["content-type"].startswith("application/problem+json")
+        body = r.json()
+        assert body["title"] == "Chat template not supported" and body["reason"] == "trunk_depends_on_tools"
+        assert body["request_id"] == "tmpl-1" and "with and without tools" in body["detail"]
+        assert client.get(f"/v1/sessions/{sid}").status_code == 200
+        no_tools = client.post("/v1/sessions", json=SESSION | {"profile": "tools-in-user", "tools": []}).json()["id"]
+        assert client.get(f"/v1/sessions/{no_tools}/request").status_code == 200, "without tools it counts"
