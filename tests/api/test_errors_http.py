@@ -80,6 +80,9 @@ def test_unexpected_error_is_a_logged_500_and_the_connection_stays_usable(
         body = r.json()
         assert (body["status"], body["title"], body["request_id"]) == (500, "Internal error", "req-boom-1")
         assert "disk on fire" not in r.text, "internals stay in the log"
+        second = client.get(f"/v1/sessions/{sid}")  # consecutive errors on one connection (ogx-ai/ogx#4886)
+        assert second.status_code == 500 and second.json()["request_id"] == second.headers["x-request-id"]
+        assert local_port(second) == local_port(r)
         monkeypatch.undo()
         again = client.get(f"/v1/sessions/{sid}")
         assert again.status_code == 200 and again.json()["id"] == sid

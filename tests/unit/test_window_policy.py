@@ -244,16 +244,21 @@ def test_newest_group_larger_than_the_eviction_target_is_kept_whole() -> None:
     assert result.cut_seq == 7  # the newest group's first seq
 
 
-def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
-    """Eight results of 100 words (each under the cap of 200), input_limit 950: alone they do
-    not fit, so they share the observations share (475 of 950) as head + tail, 59 or 60
-    words each, and the request is 791 tokens."""
+def eight_results_of_100_words(window: int):
+    """An older turn, then a turn of eight 100-word results (each under the cap of 200)."""
     events = session_events([[40], [100] * 8])
-    budget = Budget(window=1000, output_reserve=50, headroom=0,
+    budget = Budget(window=window, output_reserve=50, headroom=0,
                     shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5})
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=200)
     check_invariants(result, events, budget)
     newest_present(result, events)
+    return result, events, budget
+
+
+def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
+    """input_limit 950: alone the eight results do not fit, so they share the observations
+    share (475 of 950) as head + tail, 59 or 60 words each; the request is 791 tokens."""
+    result, events, _ = eight_results_of_100_words(1000)
     results = [i for i in result.items if i["kind"] == "tool_result"]
     kept_words = [i["tokens"] - i["elided_tokens"] for i in results]
     assert sorted(kept_words) == [59] * 5 + [60] * 3 and sum(kept_words) == 475
@@ -269,12 +274,7 @@ def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
 def test_newest_group_bounded_to_the_room_left_when_below_the_share() -> None:
     """The same group with input_limit 550: the room left by the pinned content (234 words
     for the results) is below the observations share (275); the request uses it exactly."""
-    events = session_events([[40], [100] * 8])
-    budget = Budget(window=600, output_reserve=50, headroom=0,
-                    shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5})
-    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=200)
-    check_invariants(result, events, budget)
-    newest_present(result, events)
+    result, _, budget = eight_results_of_100_words(600)
     kept_words = [i["tokens"] - i["elided_tokens"] for i in result.items if i["kind"] == "tool_result"]
     assert sum(kept_words) == 234 and max(kept_words) - min(kept_words) <= 1
     assert result.measurement.total == budget.input_limit == 550
