@@ -415,8 +415,8 @@ def assemble_window(
     leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
     messages are the same objects (cheap to hash for the layout digest).
 
-    The newest turn group is never evicted: when it alone (every older group evicted)
-    still exceeds ``input_limit``, its results are bounded as a whole
+    The newest turn group that sends something is never evicted: when it alone (every
+    older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
     (:func:`fit_newest_group`); the request then fits with it present or a 422 names it.
 
     Raises:
@@ -448,15 +448,17 @@ def assemble_window(
             messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning))
         leaf_groups.append(messages)
 
-    # the newest turn group is never evicted (a legacy cut past it is not honoured for it)
-    newest = len(groups) - 1
+    # The newest turn group that sends something is never evicted (nor a legacy cut past it
+    # honoured); later groups send nothing (dropped, or pending calls without text).
+    newest = next((i for i in range(len(groups) - 1, -1, -1) if leaf_groups[i]), len(groups) - 1)
     first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
     first_kept = min(first_kept, max(newest, 0))
 
     derived_by_k: dict[int, dict[str, bytes]] = {}
 
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
-        kept = leaf_groups[k:] if newest_messages is None else [*leaf_groups[k:newest], newest_messages]
+        kept = leaf_groups[k:] if newest_messages is None else \
+            [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
         conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, payload_tokens)
         return conv, meter.measure(conv)
 

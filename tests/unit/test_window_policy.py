@@ -218,10 +218,15 @@ def with_text(events: list, event_id: str, text: str) -> list:
     return out
 
 
+def newest_sending(events):
+    """The newest turn group that sends something (later ones are dropped or pending)."""
+    groups, _, _ = build_turn_groups(events)
+    return next((g for g in reversed(groups) if g.results or g.message.content.strip()), groups[-1])
+
+
 def newest_present(result, events) -> None:
     """Every message and result of the newest turn group is in the leaf, in full or bounded."""
-    groups, _, _ = build_turn_groups(events)
-    newest = groups[-1]
+    newest = newest_sending(events)
     leaf = result.conversation.leaf
     assert {m.call_id for m in leaf if m.role == "tool"} >= {r.call_id for r in newest.results}
     if newest.message.content.strip() or newest.results:
@@ -308,6 +313,25 @@ def test_newest_group_that_cannot_fit_is_a_422_naming_it() -> None:
     assert "seq 1" in info.value.detail and "a0, r0-0" in info.value.detail and "507 over" in info.value.detail
 
 
+@pytest.mark.parametrize("later", [
+    MessageEvent(seq=99, event_id="later", role="assistant", content="", handle="c" * 64),
+    MessageEvent(seq=99, event_id="later", role="user", content="  ", handle="c" * 64),
+    MessageEvent(seq=99, event_id="later", role="assistant", content="", handle="c" * 64,
+                 tool_calls=(ToolCall("waiting", "bash", "{}"),)),
+])
+def test_a_later_message_that_sends_nothing_does_not_expose_the_newest_group(later: MessageEvent) -> None:
+    """An empty or pending message after the big group is not "the newest group": the group
+    it follows is still kept (bounded), not evicted into an empty leaf."""
+    events = session_events([[40], [100] * 8]) + [later]
+    budget = Budget(window=1000, output_reserve=50, headroom=0,
+                    shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5})
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=200)
+    check_invariants(result, events, budget)
+    newest_present(result, events)
+    assert len([m for m in result.conversation.leaf if m.role == "tool"]) == 8
+    assert next(i for i in result.items if i["event_id"] == "later")["representation"] in ("dropped", "pending")
+
+
 def test_after_the_422_a_newer_group_evicts_the_oversized_one() -> None:
     events = with_text(session_events([[3]]), "a0", words(1000, "x"))
     events.append(MessageEvent(seq=3, event_id="u1", role="user", content="Continue.", handle="f" * 64))
@@ -342,22 +366,24 @@ def test_bound_group_keeps_results_verbatim_when_cutting_would_not_save() -> Non
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 120), min_size=1, max_size=3), max_size=6),
        st.lists(st.integers(0, 400), min_size=0, max_size=12), st.integers(0, 900),
-       st.integers(300, 1200), st.integers(20, 2000), st.booleans())
+       st.integers(300, 1200), st.integers(20, 2000), st.booleans(), st.sampled_from(["", " ", None]))
 def test_newest_group_fits_or_a_422_names_it(older: list[list[int]], newest: list[int], text_words: int,
-                                             window: int, cap: int, shares: bool) -> None:
+                                             window: int, cap: int, shares: bool, trailing: str | None) -> None:
     """For any group sizes: either the request fits input_limit with the newest group
     present, or NewestGroupOverBudget names that group (or the pinned content alone is over)."""
     events = session_events(older + [newest])
     last = max((e for e in events if isinstance(e, MessageEvent)), key=lambda e: e.seq)
     events = with_text(events, last.event_id, words(text_words, "m"))
+    if trailing is not None:  # a later message that sends nothing
+        events.append(MessageEvent(seq=1000, event_id="trailing", role="assistant", content=trailing, handle="c" * 64))
     budget = Budget(window=window, output_reserve=60, headroom=10,
                     shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5} if shares else {})
     try:
         result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=cap)
     except NewestGroupOverBudget as exc:
-        groups, _, _ = build_turn_groups(events)
-        assert exc.extra["seq"] == groups[-1].first_seq
-        assert exc.extra["event_ids"] == [groups[-1].message.event_id, *(r.event_id for r in groups[-1].results)]
+        newest = newest_sending(events)
+        assert exc.extra["seq"] == newest.first_seq
+        assert exc.extra["event_ids"] == [newest.message.event_id, *(r.event_id for r in newest.results)]
         assert exc.extra["over_by"] == exc.extra["total"] - budget.input_limit > 0
         return
     except PinnedOverBudget as exc:
