@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
-from app.domain.budget import Budget, check_pinned
+from app.domain.budget import Budget, check_pinned, split_share
+from app.domain.errors import NewestGroupOverBudget
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.types import (
@@ -116,6 +117,92 @@ def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: in
         f"{result.handle} (GET /v1/handles/{result.handle}) ...]\n"
     )
     return BoundedResult(head + marker + tail, tokens, elided)
+
+
+def bound_group(meter: TokenMeter, group: TurnGroup, share_tokens: int, item_cap_tokens: int) -> dict[str, BoundedResult]:
+    """The results of ``group`` bounded as a whole: ``share_tokens`` split max-min fair
+    (:func:`app.domain.budget.split_share`) over their sizes ``s_i = min(tokens_i,
+    item_cap_tokens)``, each result cut to head + tail at its cap (:func:`bound_tool_output`).
+
+    A result whose cut text (marker included) would not be shorter than the result itself
+    stays verbatim. Results with equal payloads (one handle) take the smaller of their caps.
+    Returns ``{handle: BoundedResult}`` for the group's results.
+    """
+    sizes = [min(meter.count_text(r.payload), item_cap_tokens) for r in group.results]
+    cap_of: dict[str, int] = {}
+    for result, cap in zip(group.results, split_share(sizes, share_tokens)):
+        cap_of[result.handle] = min(cap, cap_of.get(result.handle, cap))
+    out: dict[str, BoundedResult] = {}
+    for result in group.results:
+        if result.handle not in out:
+            b = bound_tool_output(meter, result, cap_of[result.handle])
+            if b.elided_tokens and meter.count_text(b.text) >= b.payload_tokens:
+                b = BoundedResult(result.payload, b.payload_tokens, 0)
+            out[result.handle] = b
+    return out
+
+
+FIT_ROUNDS = 8  # measured shrink steps before the newest group's results fall back to their markers
+
+
+@dataclass(frozen=True)
+class FittedGroup:
+    """The newest turn group bounded so the request fits: its results' bounded texts,
+    the tokens they share (``share_tokens``) and the request that fits."""
+
+    bounded: dict[str, BoundedResult]
+    share_tokens: int
+    conversation: Conversation
+    measurement: Measurement
+
+
+def fit_newest_group(group: TurnGroup, *, budget: Budget, meter: TokenMeter, item_cap_tokens: int,
+                     excess_tokens: int,
+                     measure_with: Callable[[Mapping[str, BoundedResult]], tuple[Conversation, Measurement]]
+                     ) -> FittedGroup:
+    """Bound the newest turn group as a whole so the request fits ``input_limit`` with it
+    present (eq. 1); it is never evicted silently.
+
+    ``excess_tokens``: how far the request with only this group in the leaf (its results
+    each under ``item_cap_tokens``) exceeds ``input_limit``. ``measure_with(bounded)``
+    renders and measures the request with the group's results as ``bounded``.
+
+    Equation: the results share ``S`` tokens, ``c = split_share(s, S)`` with
+    ``s_i = min(tokens_i, item_cap_tokens)``. ``S_0 = min(B_obs, sum(s) - excess_tokens)``
+    (``B_obs`` = the observations share of ``input_limit``, or all of it when the profile
+    sets no share); while the measured request ``T(S)`` exceeds ``input_limit``,
+    ``S <- max(0, S - (T(S) - input_limit))`` (at most ``FIT_ROUNDS`` rounds, then
+    ``S = 0``: each result is its marker alone, or its text when that is shorter).
+
+    Invariant: the result's ``measurement.total <= budget.input_limit`` with every message
+    and result of ``group`` in the leaf, or :class:`NewestGroupOverBudget` is raised.
+
+    Raises:
+        NewestGroupOverBudget: even ``T(0) > input_limit``; names the group (seq, seqs,
+        event ids) and ``over_by = T(0) - input_limit`` tokens.
+    """
+    limit = budget.input_limit
+    observations = budget.role_limits()["observations"] if budget.shares.get("observations") else limit
+    sizes = sum(min(meter.count_text(r.payload), item_cap_tokens) for r in group.results)
+    share = max(0, min(observations, sizes - excess_tokens))
+    for rounds in range(FIT_ROUNDS + 1):
+        bounded = bound_group(meter, group, share, item_cap_tokens)
+        conversation, measurement = measure_with(bounded)
+        if measurement.total <= limit:
+            return FittedGroup(bounded, share, conversation, measurement)
+        if share == 0:
+            break
+        share = 0 if rounds == FIT_ROUNDS - 1 else max(0, share - (measurement.total - limit))
+    events = (group.message, *group.results)
+    over_by = measurement.total - limit
+    raise NewestGroupOverBudget(
+        f"the newest turn group (seq {group.first_seq}, events {', '.join(e.event_id for e in events)}) does not fit "
+        f"input_limit {limit} = W - O - M even with every older group evicted and each tool result cut to its "
+        f"marker: the request needs {measurement.total} tokens, {over_by} over; shorten the group's message "
+        "or the pinned content (system, tools, task contract, next step)",
+        seq=group.first_seq, seqs=list(group.seqs), event_ids=[e.event_id for e in events],
+        over_by=over_by, input_limit=limit, total=measurement.total,
+    )
 
 
 def observation_text(result: ToolResultEvent, body: str) -> str:
@@ -225,14 +312,34 @@ def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int], *
     return "\n".join(lines), derived
 
 
-def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_reasoning: bool) -> list[LeafMessage]:
+def unsent_reason(group: TurnGroup) -> str | None:
+    """Why the group's message is sent in no wire format, or None when it is sent.
+
+    A message is sent when it has non-blank text or a tool call with a result. An empty
+    message has nothing to send (Qwen3 and Mistral renders would show an empty turn, the
+    Anthropic API rejects it); a whitespace-only text is skipped by the Anthropic serializer
+    (blank text blocks are rejected), so ctxd drops it from every format alike and the
+    counts stay those of the bodies sent. Calls all awaiting their results are not a reason
+    given here: that message is ``pending`` and enters with the first result.
+    """
+    message = group.message
+    if message.content.strip() or group.results:
+        return None
+    if message.tool_calls:
+        return None  # every call awaits its result: the manifest says "pending"
+    if message.content:
+        return "whitespace-only text and no tool call: blank text is rejected by the Anthropic API, so no format sends it"
+    return "empty message (no text, no tool call): no format sends it"
+
+
+def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], render_reasoning: bool) -> list[LeafMessage]:
     message = group.message
     resolved = {r.call_id for r in group.results}
     calls = tuple(
         LeafToolCall(c.call_id, c.name, c.arguments) for c in message.tool_calls if c.call_id in resolved
     )
     out: list[LeafMessage] = []
-    if message.content or calls or message.role == "user":
+    if calls or message.content.strip():
         out.append(
             LeafMessage(
                 role=message.role,
@@ -297,7 +404,8 @@ def assemble_window(
     on the rendered request); evicted turn groups are whole (a call never loses its
     result); every dropped group is named with its handles in the trunk's elision note;
     the cut only moves forward (``previous_cut_seq``), so the leaf is append-only between
-    evictions and, once over the limit, the request shrinks to ``budget.eviction_target``.
+    evictions and, once over the limit, the request shrinks to ``budget.eviction_target``
+    (or to the newest group alone, when that is larger and within ``input_limit``).
 
     ``leaf_cache``: an optional mapping kept across calls (the service keeps one per
     session in its bounded memo, app/services/memo.py) from what a turn group's leaf
@@ -307,8 +415,14 @@ def assemble_window(
     leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
     messages are the same objects (cheap to hash for the layout digest).
 
+    The newest turn group that sends something is never evicted: when it alone (every
+    older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
+    (:func:`fit_newest_group`); the request then fits with it present or a 422 names it.
+
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
+        NewestGroupOverBudget: the newest turn group cannot fit even with each of its
+            results cut to its marker.
     """
     groups, step, writes = build_turn_groups(events)
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
@@ -334,21 +448,29 @@ def assemble_window(
             messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning))
         leaf_groups.append(messages)
 
+    # The newest turn group that sends something is never evicted (nor a legacy cut past it
+    # honoured); later groups send nothing (dropped, or pending calls without text).
+    newest = next((i for i in range(len(groups) - 1, -1, -1) if leaf_groups[i]), len(groups) - 1)
     first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
+    first_kept = min(first_kept, max(newest, 0))
 
     derived_by_k: dict[int, dict[str, bytes]] = {}
 
-    def build(k: int) -> tuple[Conversation, Measurement]:
-        conv, derived_by_k[k] = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens)
+    def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
+        kept = leaf_groups[k:] if newest_messages is None else \
+            [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
+        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, payload_tokens)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
     k = first_kept
+    fitted: FittedGroup | None = None
     if measurement.total > budget.input_limit:
         # Smallest k whose request fits the eviction target (binary search; the count is
         # non-increasing in k up to the breadcrumb's growth, so verify and step after).
+        # k never passes the newest group.
         target = budget.eviction_target
-        lo, hi = first_kept + 1, len(groups)
+        lo, hi = first_kept + 1, newest
         best: tuple[int, Conversation, Measurement] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
@@ -358,16 +480,31 @@ def assemble_window(
             else:
                 lo = mid + 1
         if best is None:
-            conv, meas = build(len(groups))
-            best = (len(groups), conv, meas)
+            last = max(newest, first_kept)
+            conv, meas = (conversation, measurement) if last == first_kept else build(last)
+            best = (last, conv, meas)
         k, conversation, measurement = best
-        while measurement.total > budget.input_limit and k < len(groups):
+        while measurement.total > budget.input_limit and k < newest:
             k += 1
             conversation, measurement = build(k)
-        if measurement.total > budget.input_limit:
-            pinned = dict(measurement.by_role)
-            check_pinned(budget, pinned, measurement.total)
-    cut_seq = groups[k].first_seq if k < len(groups) else (groups[-1].first_seq + 1 if groups else 0)
+        if measurement.total > budget.input_limit and groups:
+            group = groups[newest]
+
+            def measure_with(group_bounded: Mapping[str, BoundedResult]) -> tuple[Conversation, Measurement]:
+                return build(newest, tuple(_leaf_messages(group, group_bounded, render_reasoning)))
+
+            try:
+                fitted = fit_newest_group(group, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
+                                          excess_tokens=measurement.total - budget.input_limit,
+                                          measure_with=measure_with)
+            except NewestGroupOverBudget:
+                _, pinned = build(len(groups))
+                check_pinned(budget, dict(pinned.by_role), pinned.total)  # the pinned content alone is over
+                raise
+            conversation, measurement = fitted.conversation, fitted.measurement
+        elif measurement.total > budget.input_limit:
+            check_pinned(budget, dict(measurement.by_role), measurement.total)
+    cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
     items: list[dict[str, Any]] = []
@@ -381,17 +518,28 @@ def assemble_window(
                 entry["tokens"] = payload_tokens[event.handle]
             if kept:
                 entry["zone"] = "leaf"
-                if isinstance(event, ToolResultEvent):
+                if isinstance(event, ToolResultEvent) and fitted is not None and index == newest:
+                    b = fitted.bounded[event.handle]
+                    entry["representation"] = b.representation
+                    entry["why"] = ("newest turn group, bounded as a whole to fit input_limit: its results share "
+                                    f"{fitted.share_tokens} tokens" + (" (head + tail)" if b.elided_tokens else ""))
+                    if b.elided_tokens:
+                        entry["elided_tokens"] = b.elided_tokens
+                elif isinstance(event, ToolResultEvent):
                     b = bounded[event.handle]
                     entry["representation"] = b.representation
                     entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if b.elided_tokens else "")
                     if b.elided_tokens:
                         entry["elided_tokens"] = b.elided_tokens
-                elif group.pending and not group.results and not event.content:
+                elif group.pending and not group.results and not event.content.strip():
                     entry["zone"] = None
                     entry["representation"] = "pending"
                     entry["why"] = "every tool call of this turn still awaits its result; it enters with the first result"
                     entry["pending_calls"] = list(group.pending)
+                elif (reason := unsent_reason(group)) is not None:
+                    entry["zone"] = None
+                    entry["representation"] = "dropped"
+                    entry["why"] = reason
                 else:
                     entry["representation"] = "verbatim"
                     entry["why"] = "recent turn"
@@ -416,6 +564,9 @@ def assemble_window(
                           "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
     items.sort(key=lambda e: e["seq"])
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
+    if fitted is not None:
+        warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
+                        f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")
     return Assembly(
         conversation=conversation,
         measurement=measurement,

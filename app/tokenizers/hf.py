@@ -32,6 +32,7 @@ from functools import lru_cache
 from threading import Lock
 from typing import Any, Callable, Sequence
 
+from app.domain.errors import TemplateUnsupported
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.tokenizers.native import native_renderer, template_sha256
@@ -255,7 +256,9 @@ class HFChatMeter:
 
     def _head(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> tuple[int, int, int]:
         """(trunk start, leaf start, root tokens without tools) in the render of the root and
-        trunk; cached by their content (they change only when the trunk is rewritten)."""
+        trunk; cached by their content (they change only when the trunk is rewritten).
+        Raises TemplateUnsupported (a 500 problem: the profile's, not the caller's) when the
+        template renders the trunk differently with and without tools."""
         key = hashlib.sha256(json.dumps([messages[:2], tools], sort_keys=True).encode()).hexdigest()
         with self._heads_lock:
             if key in self._heads:
@@ -273,7 +276,9 @@ class HFChatMeter:
             bare_common = next((i for i, (a, b) in enumerate(zip(bare_probe, bare)) if a != b), 0)
             bare_trunk = self._boundary_before(bare, bare_common)
             if bare[bare_trunk:] != head[trunk_start:]:
-                raise ValueError("the chat template renders the trunk differently with and without tools")
+                raise TemplateUnsupported(
+                    "the chat template renders the trunk differently with and without tools, so the tools' "
+                    "tokens cannot be counted apart", reason="trunk_depends_on_tools")
             bare_root = len(self.encode(bare[:bare_trunk]))
         value = (trunk_start, leaf_start, bare_root)
         with self._heads_lock:
@@ -308,6 +313,10 @@ class HFChatMeter:
                 while len(self._recent) > 64:
                     self._recent.popitem(last=False)
             ids = encoded.id_array
+            if not (encoded.is_boundary(trunk_start) and encoded.is_boundary(leaf_start)):
+                raise TemplateUnsupported(
+                    f"a zone start (trunk at char {trunk_start}, leaf at char {leaf_start}) is not next to an added "
+                    "token of the render, so the zones cannot be counted exactly", reason="zone_not_at_boundary")
             root_n = encoded.token_offset_at(trunk_start)
             leaf_at = encoded.token_offset_at(leaf_start)
             # segments by zone: zone starts are segment boundaries, so slices of status
