@@ -19,6 +19,7 @@ from typing import Any
 from app.domain.budget import Budget, check_pinned
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
 from app.domain.ports import Measurement, TokenMeter
+from app.domain.text import NEUTRALISE_KIND, neutralise_control_text
 from app.domain.types import (
     ArtifactWriteEvent,
     Event,
@@ -225,49 +226,54 @@ def elision_note(dropped: Sequence[TurnGroup], payload_tokens: dict[str, int], *
     return "\n".join(lines), derived
 
 
-def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_reasoning: bool) -> list[LeafMessage]:
+def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_reasoning: bool,
+                   control: Sequence[str]) -> list[LeafMessage]:
+    """The group's leaf messages; every text in them (content, reasoning, tool-call names
+    and arguments, tool output with its header) has its control strings neutralised."""
     message = group.message
     resolved = {r.call_id for r in group.results}
+    broken = 0
+
+    def clean(text: str) -> str:
+        nonlocal broken
+        text, n = neutralise_control_text(text, control)
+        broken += n
+        return text
+
+    names = {c.call_id: clean(c.name) for c in message.tool_calls if c.call_id in resolved}
     calls = tuple(
-        LeafToolCall(c.call_id, c.name, c.arguments) for c in message.tool_calls if c.call_id in resolved
+        LeafToolCall(c.call_id, names[c.call_id], clean(c.arguments)) for c in message.tool_calls if c.call_id in resolved
     )
     out: list[LeafMessage] = []
     if message.content or calls or message.role == "user":
-        out.append(
-            LeafMessage(
-                role=message.role,
-                content=message.content,
-                tool_calls=calls,
-                reasoning=message.reasoning if render_reasoning else None,
-                seq=message.seq,
-            )
-        )
-    names = {c.call_id: c.name for c in message.tool_calls}
+        content = clean(message.content)
+        reasoning = clean(message.reasoning) if render_reasoning and message.reasoning else None
+        out.append(LeafMessage(role=message.role, content=content, tool_calls=calls, reasoning=reasoning,
+                               seq=message.seq, neutralised=broken))
     for result in group.results:
-        out.append(
-            LeafMessage(
-                role="tool",
-                content=observation_text(result, bounded[result.handle].text),
-                call_id=result.call_id,
-                name=names[result.call_id],
-                seq=result.seq,
-            )
-        )
+        broken = 0
+        content = clean(observation_text(result, bounded[result.handle].text))
+        out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
+                               seq=result.seq, neutralised=broken))
     return out
 
 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
-                  step: StepEvent | None, payload_tokens: dict[str, int]) -> tuple[Conversation, dict[str, bytes]]:
-    """The conversation with ``dropped`` elided, and the index payloads its note names."""
+                  step: StepEvent | None, payload_tokens: dict[str, int],
+                  control: Sequence[str] = ()) -> tuple[Conversation, dict[str, bytes]]:
+    """The conversation with ``dropped`` elided, and the index payloads its note names.
+    The note's argument previews and the step text have their ``control`` strings
+    neutralised; the contract is verbatim (session create refuses one that spells any)."""
     trunk = render_contract(session.contract)
     note, derived = elision_note(dropped, payload_tokens)
     if note:
-        trunk = trunk + "\n\n" + note
+        trunk = trunk + "\n\n" + neutralise_control_text(note, control)[0]
     leaf: list[LeafMessage] = []
     for messages in leaf_groups:
         leaf.extend(messages)
     if step is not None:
-        leaf.append(LeafMessage(role="user", content=f"Next step: {step.text}", seq=step.seq))
+        text, broken = neutralise_control_text(step.text, control)
+        leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
     conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
                                 leaf=tuple(leaf))
     return conversation, derived
@@ -331,7 +337,7 @@ def assemble_window(
                tuple(_result_key(r) for r in group.results))
         messages = cache.get(key)
         if messages is None:
-            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning))
+            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
         leaf_groups.append(messages)
 
     first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
@@ -339,7 +345,8 @@ def assemble_window(
     derived_by_k: dict[int, dict[str, bytes]] = {}
 
     def build(k: int) -> tuple[Conversation, Measurement]:
-        conv, derived_by_k[k] = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens)
+        conv, derived_by_k[k] = _conversation(session, leaf_groups[k:], groups[:k], step, payload_tokens,
+                                              meter.control_strings)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
@@ -414,6 +421,10 @@ def assemble_window(
         if isinstance(older, StepEvent) and older is not step:
             items.append({"seq": older.seq, "event_id": older.event_id, "kind": "step", "zone": None,
                           "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
+    neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
+    for entry in items:
+        if entry["seq"] in neutralised:
+            entry["transforms"] = [{"kind": NEUTRALISE_KIND, "count": neutralised[entry["seq"]]}]
     items.sort(key=lambda e: e["seq"])
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     return Assembly(
