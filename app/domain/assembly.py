@@ -19,7 +19,7 @@ from typing import Any
 from app.domain.budget import Budget, check_pinned
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
 from app.domain.ports import Measurement, TokenMeter
-from app.domain.text import NEUTRALISE_KIND, neutralise_control_text
+from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
     Event,
@@ -36,11 +36,13 @@ SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the 
 
 @dataclass(frozen=True)
 class BoundedResult:
-    """A tool result as it enters the request: verbatim or head + marker + tail."""
+    """A tool result as it enters the request: verbatim or head + marker + tail.
+    ``neutralised``: control strings broken in the payload before it was measured."""
 
     text: str
     payload_tokens: int
     elided_tokens: int
+    neutralised: int = 0
 
     @property
     def representation(self) -> str:
@@ -106,17 +108,25 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
 def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int) -> BoundedResult:
     """Seed 001 ``bound_tool_output``: the text unchanged if within ``cap_tokens``, else
     a head and a tail (half the cap each) joined by a marker naming the handle and the
-    elided token count. The marker's own tokens are not charged to the cap."""
-    tokens = meter.count_text(result.payload)
+    elided token count. The marker's own tokens are not charged to the cap.
+
+    The payload's control strings (``meter.control_strings``) are neutralised first, so
+    the cap bounds the text that is rendered (a control string grows from one token to
+    several once broken); head and tail are an exact prefix and suffix of that text,
+    cut between characters (TokenMeter.head_tail)."""
+    payload, neutralised = neutralise_control_text(result.payload, meter.control_strings)
+    tokens = meter.count_text(payload)
     if tokens <= cap_tokens:
-        return BoundedResult(result.payload, tokens, 0)
+        return BoundedResult(payload, tokens, 0, neutralised)
     head_tokens = cap_tokens // 2
-    head, tail, elided = meter.head_tail(result.payload, head_tokens, cap_tokens - head_tokens)
+    head, tail, elided = meter.head_tail(payload, head_tokens, cap_tokens - head_tokens)
+    if not elided:  # the cuts met (a character split across the cap's tokens): nothing to leave out
+        return BoundedResult(payload, tokens, 0, neutralised)
     marker = (
         f"\n[... {elided} tokens elided by ctxd; the whole output is kept as handle "
         f"{result.handle} (GET /v1/handles/{result.handle}) ...]\n"
     )
-    return BoundedResult(head + marker + tail, tokens, elided)
+    return BoundedResult(head + marker + tail, tokens, elided, neutralised)
 
 
 def observation_text(result: ToolResultEvent, body: str) -> str:
@@ -251,7 +261,7 @@ def _leaf_messages(group: TurnGroup, bounded: dict[str, BoundedResult], render_r
         out.append(LeafMessage(role=message.role, content=content, tool_calls=calls, reasoning=reasoning,
                                seq=message.seq, neutralised=broken))
     for result in group.results:
-        broken = 0
+        broken = bounded[result.handle].neutralised  # the header (exception text) is checked here
         content = clean(observation_text(result, bounded[result.handle].text))
         out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
                                seq=result.seq, neutralised=broken))
@@ -424,7 +434,7 @@ def assemble_window(
     neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
     for entry in items:
         if entry["seq"] in neutralised:
-            entry["transforms"] = [{"kind": NEUTRALISE_KIND, "count": neutralised[entry["seq"]]}]
+            entry["transforms"] = [neutralise_transform(neutralised[entry["seq"]])]
     items.sort(key=lambda e: e["seq"])
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     return Assembly(

@@ -25,7 +25,7 @@ from typing import Any, AnyStr
 Loc = tuple[str | int, ...]
 
 NEUTRALISER = "\u200b"  # ZERO WIDTH SPACE: no tokenizer of a shipped profile merges it back (tested)
-NEUTRALISE_KIND = "neutralise_control_tokens"  # the manifest item's transform entry: {"kind", "count"}
+NEUTRALISE = "neutralise_control_tokens"  # name of the manifest item's transform entry
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -105,6 +105,13 @@ def neutralise_control_text(text: str, control_strings: Sequence[str]) -> tuple[
         count += n
 
 
+def neutralise_transform(count: int) -> dict[str, Any]:
+    """The manifest item's transform entry for ``count`` neutralised control strings."""
+    return {"name": NEUTRALISE, "count": count,
+            "note": f"{count} control-token string(s) broken with U+200B after the first character; "
+                    "the handle keeps the text as posted"}
+
+
 def first_control_string(value: Any, control_strings: Sequence[str], loc: Loc = ()) -> tuple[Loc, str] | None:
     """``(loc, control string)`` of the first string in ``value`` (keys included) that
     spells a control string, or None."""
@@ -146,8 +153,9 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
     ``text``, cut between characters: a cut inside a character moves outward so that the
     head keeps the character its last token ends in and the tail the one its first token
     starts in (never a U+FFFD); they never overlap. The elided count is the number of
-    tokens lying wholly in neither. With ``len(spans) <= head_tokens + tail_tokens`` the
-    text is returned whole: ``(text, "", 0)``."""
+    tokens lying wholly in neither (at least one). When nothing would be left out
+    (``len(spans) <= head_tokens + tail_tokens``, or the rounded cuts meet) the text is
+    returned whole: ``(text, "", 0)``."""
     n = len(spans)
     if n <= head_tokens + tail_tokens:
         return text, "", 0
@@ -160,7 +168,8 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
             head_end += 1
         while 0 < tail_start < size and data[tail_start] & 0xC0 == 0x80:
             tail_start -= 1
-    tail_start = max(tail_start, head_end)
+    if tail_start <= head_end:  # the rounded cuts meet: nothing is left out
+        return text, "", 0
     ends = [end for _, end in spans]
     starts = [start for start, _ in spans]
     in_head = bisect_right(ends, head_end)
