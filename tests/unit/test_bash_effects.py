@@ -408,3 +408,12 @@ def test_read_before_a_write_in_the_same_call_names_its_revision(tmp_path: Path)
     assert [e["event_id"] for e in events[:3]] == ["m0002-assistant", "m0002-w0", "m0003-tool"]
     assert events[1]["artifact"] == "f.py"
     assert events[2]["binding"] == {"artifact": "f.py", "kind": "file", "range": None, "revision": 0}
+
+
+def test_patch_targets_count_lines_as_patch_does() -> None:
+    # a form feed inside a context line is content (str.splitlines() split it, so the hunk
+    # ended early and the rest of the line read as a header naming e.py)
+    feed = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n a\x0c--- a/e.py\x0c+++ b/e.py\n"
+    assert patch_targets(feed) == ["x.py"]
+    crlf = "--- a/x.py\r\n+++ b/x.py\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n"  # a CRLF diff: the trailing \r is dropped
+    assert patch_targets(crlf) == ["x.py"]
