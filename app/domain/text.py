@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any, AnyStr
@@ -147,15 +146,16 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
     """``(head, tail, elided tokens)`` of ``text`` kept to about ``head_tokens`` tokens at the
     start and ``tail_tokens`` at the end (seed 001 ``bound_tool_output``).
 
-    ``spans`` are the tokens' ``(start, end)`` offsets in ``text``: characters, or with
-    ``in_bytes`` bytes of its UTF-8 encoding (a byte-level token may end inside a
-    character). ``head`` is always an exact prefix and ``tail`` an exact suffix of
-    ``text``, cut between characters: a cut inside a character moves outward so that the
-    head keeps the character its last token ends in and the tail the one its first token
-    starts in (never a U+FFFD); they never overlap. The elided count is the number of
-    tokens lying wholly in neither (at least one). When nothing would be left out
-    (``len(spans) <= head_tokens + tail_tokens``, or the rounded cuts meet) the text is
-    returned whole: ``(text, "", 0)``."""
+    ``spans`` are the tokens' ``(start, end)`` offsets in ``text`` (both non-decreasing):
+    characters, or with ``in_bytes`` bytes of its UTF-8 encoding (a byte-level token may
+    end inside a character). Only the spans within a few tokens of the two cuts are read
+    (``CUT_MARGIN``), so a caller may compute just those. ``head`` is always an exact prefix
+    and ``tail`` an exact suffix of ``text``, cut between characters: a cut inside a
+    character moves outward so that the head keeps the character its last token ends in
+    and the tail the one its first token starts in (never a U+FFFD); they never overlap.
+    The elided count is the number of tokens lying wholly in neither (at least one). When
+    nothing would be left out (``len(spans) <= head_tokens + tail_tokens``, or the rounded
+    cuts meet) the text is returned whole: ``(text, "", 0)``."""
     n = len(spans)
     if n <= head_tokens + tail_tokens:
         return text, "", 0
@@ -170,12 +170,19 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
             tail_start -= 1
     if tail_start <= head_end:  # the rounded cuts meet: nothing is left out
         return text, "", 0
-    ends = [end for _, end in spans]
-    starts = [start for start, _ in spans]
-    in_head = bisect_right(ends, head_end)
-    in_tail = n - bisect_left(starts, tail_start)
-    elided = max(0, n - in_head - in_tail)
+    # tokens wholly inside the head / the tail: the rounding moved each cut by less than one
+    # character, so only the few tokens next to a cut can change sides
+    in_head = head_tokens
+    while in_head < n and spans[in_head][1] <= head_end:
+        in_head += 1
+    first_tail = n - tail_tokens
+    while first_tail > in_head and spans[first_tail - 1][0] >= tail_start:
+        first_tail -= 1
     head, tail = data[:head_end], data[tail_start:]
+    elided = first_tail - in_head
     if isinstance(head, bytes) and isinstance(tail, bytes):
         return head.decode("utf-8"), tail.decode("utf-8"), elided
     return str(head), str(tail), elided
+
+
+CUT_MARGIN = 8  # tokens past each cut that cut_head_tail may read (a character is at most 4 bytes)

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from functools import lru_cache
 from itertools import accumulate
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Callable, Mapping, MutableMapping, Sequence
 
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
-from app.domain.text import cut_head_tail
+from app.domain.text import CUT_MARGIN, cut_head_tail
 from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
 
@@ -33,6 +33,27 @@ class _BoundedDict(OrderedDict[str, list[int]]):
         self.move_to_end(key)
         while len(self) > self.max_items:
             self.popitem(last=False)
+
+
+class _EndSpans(Sequence[tuple[int, int]]):
+    """Byte spans of the first ``head`` and last ``tail`` tokens of ``ids`` (all that a head
+    + tail cut reads), without decoding the tokens in between."""
+
+    def __init__(self, ids: list[int], size: int, piece: Callable[[int], bytes], *, head: int, tail: int) -> None:
+        self._n, self._size = len(ids), size
+        self._ends = list(accumulate(len(piece(i)) for i in ids[:head]))
+        self._back = list(accumulate(len(piece(i)) for i in reversed(ids[max(0, self._n - tail):])))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> tuple[int, int]:  # type: ignore[override]
+        if 0 <= i < len(self._ends):
+            return (self._ends[i - 1] if i else 0), self._ends[i]
+        back = self._n - 1 - i  # tokens after i
+        if 0 <= back < len(self._back):
+            return self._size - self._back[back], self._size - (self._back[back - 1] if back else 0)
+        raise IndexError(f"token {i} is not within the spans kept next to the cuts")
 
 
 class MistralMeter:
@@ -71,8 +92,9 @@ class MistralMeter:
         ids = self._raw.encode(text, bos=False, eos=False)
         if len(ids) <= head_tokens + tail_tokens:
             return text, "", 0
-        ends = list(accumulate(len(self._raw.id_to_byte_piece(i)) for i in ids))
-        return cut_head_tail(text, list(zip([0, *ends[:-1]], ends)), head_tokens, tail_tokens, in_bytes=True)
+        spans = _EndSpans(ids, len(text.encode("utf-8")), self._raw.id_to_byte_piece,
+                          head=head_tokens + CUT_MARGIN, tail=tail_tokens + CUT_MARGIN)
+        return cut_head_tail(text, spans, head_tokens, tail_tokens, in_bytes=True)
 
     def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         body = serialize(conversation, model="-", max_tokens=1)
