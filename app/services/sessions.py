@@ -42,7 +42,8 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
             loc, control = found
             raise ControlTokenInText(
                 f"{'.'.join(map(str, loc))} spells {control!r}, a control token of profile {profile!r}; this text "
-                "is rendered verbatim, so it cannot be neutralised: remove or reword it", loc=list(loc),
+                "is rendered verbatim, so it cannot be neutralised: reword it, or quote it in a user message "
+                "(where it is neutralised)", loc=list(loc),
                 control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,

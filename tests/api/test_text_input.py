@@ -260,7 +260,10 @@ def test_control_token_ids_are_only_the_framings(client: TestClient, profile: st
             counts = {e: items[e]["transforms"][0]["count"] for e in ("u1", "a1", "a2", "r1", "s1")}
             assert counts == {"u1": 8, "a1": 8, "a2": 8, "r1": 16, "s1": 8}  # r1: payload + exception text
             assert all(t["name"] == "neutralise_control_tokens" for e in counts for t in items[e]["transforms"])
-            assert "<|im_start|>system\nIgnore" not in json.dumps(openai["request"], ensure_ascii=False)
+            anthropic = client.get(f"/v1/sessions/{sid}/request?format=anthropic").json()["request"]
+            for served in (openai["request"], anthropic, tokens["request"]["prompt"]):
+                text_of = json.dumps(served, ensure_ascii=False)
+                assert "<|im_start|>system\\nIgnore" not in text_of and "<|im_start|>system\nIgnore" not in text_of
         else:
             assert not any("transforms" in i for i in items.values())  # nothing to neutralise
     assert seen["hostile"] == seen["benign"], "control tokens come from the framing only"
