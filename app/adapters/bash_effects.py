@@ -137,6 +137,8 @@ from app.adapters.bash_syntax import (
     parse,
 )
 
+from app.domain.text import split_lines
+
 __all__ = [
     "ROOT",
     "CommandEffects",
@@ -416,8 +418,10 @@ def patch_targets(text: str, *, strip: int | None = 1) -> list[str] | None:
     path components (None: basename). A file's ``+++`` name is used unless it is
     ``/dev/null`` (a deletion: the ``---`` name); ``rename from/to`` adds both.
     Hunk bodies are skipped by their line counts, so a ``+++`` line inside a hunk
-    is not a header. Returns None when the text names no file."""
-    lines = text.splitlines()
+    is not a header. Lines end at "\\n" only, as patch(1) reads them (a trailing "\\r" of a
+    CRLF diff is dropped; a form feed inside a line is content). Returns None when the
+    text names no file."""
+    lines = [line.rstrip("\n").removesuffix("\r") for line in split_lines(text)]
     found: list[str] = []
     i = 0
     while i < len(lines):

@@ -22,6 +22,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.ManifestNotFound: 404,
     errors.NotFound: 404,
     errors.InvalidEvent: 422,
+    errors.ControlTokenInText: 422,
     errors.EventConflict: 409,
     errors.UnknownProfile: 422,
     errors.InvalidRange: 416,

@@ -20,6 +20,7 @@ from app.domain.budget import Budget, check_pinned, split_share
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
 from app.domain.ports import Measurement, TokenMeter
+from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
     Event,
@@ -36,11 +37,13 @@ SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the 
 
 @dataclass(frozen=True)
 class BoundedResult:
-    """A tool result as it enters the request: verbatim or head + marker + tail."""
+    """A tool result as it enters the request: verbatim or head + marker + tail.
+    ``neutralised``: control strings broken in the payload before it was measured."""
 
     text: str
     payload_tokens: int
     elided_tokens: int
+    neutralised: int = 0
 
     @property
     def representation(self) -> str:
@@ -106,17 +109,25 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
 def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int) -> BoundedResult:
     """Seed 001 ``bound_tool_output``: the text unchanged if within ``cap_tokens``, else
     a head and a tail (half the cap each) joined by a marker naming the handle and the
-    elided token count. The marker's own tokens are not charged to the cap."""
-    tokens = meter.count_text(result.payload)
+    elided token count. The marker's own tokens are not charged to the cap.
+
+    The payload's control strings (``meter.control_strings``) are neutralised first, so
+    the cap bounds the text that is rendered (a control string grows from one token to
+    several once broken); head and tail are an exact prefix and suffix of that text,
+    cut between characters (TokenMeter.head_tail)."""
+    payload, neutralised = neutralise_control_text(result.payload, meter.control_strings)
+    tokens = meter.count_text(payload)
     if tokens <= cap_tokens:
-        return BoundedResult(result.payload, tokens, 0)
+        return BoundedResult(payload, tokens, 0, neutralised)
     head_tokens = cap_tokens // 2
-    head, tail, elided = meter.head_tail(result.payload, head_tokens, cap_tokens - head_tokens)
+    head, tail, elided = meter.head_tail(payload, head_tokens, cap_tokens - head_tokens)
+    if not elided:  # the cuts met (a character split across the cap's tokens): nothing to leave out
+        return BoundedResult(payload, tokens, 0, neutralised)
     marker = (
         f"\n[... {elided} tokens elided by ctxd; the whole output is kept as handle "
         f"{result.handle} (GET /v1/handles/{result.handle}) ...]\n"
     )
-    return BoundedResult(head + marker + tail, tokens, elided)
+    return BoundedResult(head + marker + tail, tokens, elided, neutralised)
 
 
 def bound_group(meter: TokenMeter, group: TurnGroup, share_tokens: int, item_cap_tokens: int) -> dict[str, BoundedResult]:
@@ -332,49 +343,54 @@ def unsent_reason(group: TurnGroup) -> str | None:
     return "empty message (no text, no tool call): no format sends it"
 
 
-def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], render_reasoning: bool) -> list[LeafMessage]:
+def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], render_reasoning: bool,
+                   control: Sequence[str]) -> list[LeafMessage]:
+    """The group's leaf messages; every text in them (content, reasoning, tool-call names
+    and arguments, tool output with its header) has its control strings neutralised."""
     message = group.message
     resolved = {r.call_id for r in group.results}
+    broken = 0
+
+    def clean(text: str) -> str:
+        nonlocal broken
+        text, n = neutralise_control_text(text, control)
+        broken += n
+        return text
+
+    names = {c.call_id: clean(c.name) for c in message.tool_calls if c.call_id in resolved}
     calls = tuple(
-        LeafToolCall(c.call_id, c.name, c.arguments) for c in message.tool_calls if c.call_id in resolved
+        LeafToolCall(c.call_id, names[c.call_id], clean(c.arguments)) for c in message.tool_calls if c.call_id in resolved
     )
     out: list[LeafMessage] = []
     if calls or message.content.strip():
-        out.append(
-            LeafMessage(
-                role=message.role,
-                content=message.content,
-                tool_calls=calls,
-                reasoning=message.reasoning if render_reasoning else None,
-                seq=message.seq,
-            )
-        )
-    names = {c.call_id: c.name for c in message.tool_calls}
+        content = clean(message.content)
+        reasoning = clean(message.reasoning) if render_reasoning and message.reasoning else None
+        out.append(LeafMessage(role=message.role, content=content, tool_calls=calls, reasoning=reasoning,
+                               seq=message.seq, neutralised=broken))
     for result in group.results:
-        out.append(
-            LeafMessage(
-                role="tool",
-                content=observation_text(result, bounded[result.handle].text),
-                call_id=result.call_id,
-                name=names[result.call_id],
-                seq=result.seq,
-            )
-        )
+        broken = bounded[result.handle].neutralised  # the header (exception text) is checked here
+        content = clean(observation_text(result, bounded[result.handle].text))
+        out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
+                               seq=result.seq, neutralised=broken))
     return out
 
 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
-                  step: StepEvent | None, payload_tokens: dict[str, int]) -> tuple[Conversation, dict[str, bytes]]:
-    """The conversation with ``dropped`` elided, and the index payloads its note names."""
+                  step: StepEvent | None, payload_tokens: dict[str, int],
+                  control: Sequence[str] = ()) -> tuple[Conversation, dict[str, bytes]]:
+    """The conversation with ``dropped`` elided, and the index payloads its note names.
+    The note's argument previews and the step text have their ``control`` strings
+    neutralised; the contract is verbatim (session create refuses one that spells any)."""
     trunk = render_contract(session.contract)
     note, derived = elision_note(dropped, payload_tokens)
     if note:
-        trunk = trunk + "\n\n" + note
+        trunk = trunk + "\n\n" + neutralise_control_text(note, control)[0]
     leaf: list[LeafMessage] = []
     for messages in leaf_groups:
         leaf.extend(messages)
     if step is not None:
-        leaf.append(LeafMessage(role="user", content=f"Next step: {step.text}", seq=step.seq))
+        text, broken = neutralise_control_text(step.text, control)
+        leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
     conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
                                 leaf=tuple(leaf))
     return conversation, derived
@@ -445,7 +461,7 @@ def assemble_window(
                tuple(_result_key(r) for r in group.results))
         messages = cache.get(key)
         if messages is None:
-            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning))
+            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
         leaf_groups.append(messages)
 
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
@@ -459,7 +475,8 @@ def assemble_window(
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
         kept = leaf_groups[k:] if newest_messages is None else \
             [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
-        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, payload_tokens)
+        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, payload_tokens,
+                                              meter.control_strings)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
@@ -491,7 +508,7 @@ def assemble_window(
             group = groups[newest]
 
             def measure_with(group_bounded: Mapping[str, BoundedResult]) -> tuple[Conversation, Measurement]:
-                return build(newest, tuple(_leaf_messages(group, group_bounded, render_reasoning)))
+                return build(newest, tuple(_leaf_messages(group, group_bounded, render_reasoning, meter.control_strings)))
 
             try:
                 fitted = fit_newest_group(group, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
@@ -562,6 +579,10 @@ def assemble_window(
         if isinstance(older, StepEvent) and older is not step:
             items.append({"seq": older.seq, "event_id": older.event_id, "kind": "step", "zone": None,
                           "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
+    neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
+    for entry in items:
+        if entry["seq"] in neutralised:
+            entry["transforms"] = [neutralise_transform(neutralised[entry["seq"]])]
     items.sort(key=lambda e: e["seq"])
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     if fitted is not None:

@@ -38,6 +38,14 @@ class InvalidEvent(DomainError):
     title = "Invalid event"
 
 
+class ControlTokenInText(DomainError):
+    """Operator text that is rendered verbatim (task contract, system, tool declarations)
+    spells one of the profile's chat control tokens. ``extra``: ``loc`` (the field's path),
+    ``control_string``, ``profile``."""
+
+    title = "Control token in protected text"
+
+
 class EventConflict(DomainError):
     """A repeated event_id with a different body (idempotency violation)."""
 

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 from app.domain.errors import TemplateUnsupported
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
+from app.domain.text import cut_head_tail
 from app.tokenizers.native import native_renderer, template_sha256
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,19 @@ def inert(role: str, content: str) -> bool:
     return role in ("system", "tool")
 
 
+def control_strings(tokenizer: Any) -> tuple[str, ...]:
+    """The added tokens (special or not) that ``tokenizer`` matches inside ordinary text,
+    i.e. whose content encodes to the token's own id: the strings a payload must not
+    carry into a render (TokenMeter.control_strings). Whitespace-only added tokens are
+    vocabulary, not control, and are left out. Sorted."""
+    out = []
+    for token_id, token in tokenizer.added_tokens_decoder.items():
+        content = token.content
+        if content.strip() and token_id in tokenizer.encode(content, add_special_tokens=False):
+            out.append(content)
+    return tuple(sorted(out))
+
+
 class HFChatMeter:
     """TokenMeter for a transformers tokenizer with a chat template.
 
@@ -165,6 +179,7 @@ class HFChatMeter:
         self.render_cache = render_cache
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
+        self.control_strings = control_strings(tokenizer)
         self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
         # payloads are immutable: a capped tool output is cut once, not on every GET
         self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
@@ -203,16 +218,10 @@ class HFChatMeter:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
-        """Cut ``text`` at token boundaries (offset mapping): head, tail, elided tokens."""
+        """Cut ``text`` at token boundaries (character offset mapping): an exact prefix and
+        suffix, never inside a character (:func:`app.domain.text.cut_head_tail`)."""
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets = enc["offset_mapping"]
-        n = len(offsets)
-        if n <= head_tokens + tail_tokens:
-            return text, "", 0
-        head_end = offsets[head_tokens - 1][1] if head_tokens else 0
-        tail_start = offsets[n - tail_tokens][0] if tail_tokens else len(text)
-        tail_start = max(tail_start, head_end)
-        return text[:head_end], text[tail_start:], n - head_tokens - tail_tokens
+        return cut_head_tail(text, enc["offset_mapping"], head_tokens, tail_tokens)
 
     def encode(self, text: str) -> list[int]:
         if self.encoder is not None:

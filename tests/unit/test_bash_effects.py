@@ -475,3 +475,12 @@ def test_untrusted_command_shapes_never_raise() -> None:
     for command in ("$(" * 400 + "cat a" + ")" * 400, "(" * 300 + "cat a" + ")" * 300, "cat <<EOF\nx"):
         eff = command_effects(command)
         assert not eff.parsed and eff.reason and eff.reads == eff.writes == ()
+
+
+def test_patch_targets_count_lines_as_patch_does() -> None:
+    # a form feed inside a context line is content (str.splitlines() split it, so the hunk
+    # ended early and the rest of the line read as a header naming e.py)
+    feed = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n a\x0c--- a/e.py\x0c+++ b/e.py\n"
+    assert patch_targets(feed) == ["x.py"]
+    crlf = "--- a/x.py\r\n+++ b/x.py\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n"  # a CRLF diff: the trailing \r is dropped
+    assert patch_targets(crlf) == ["x.py"]

@@ -18,10 +18,12 @@ from app.api.schemas import (
     SessionOut,
 )
 from app.services import preconditions as precondition_service
+from app.api.routing import CheckedRoute
+from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
 from app.services import requests as request_service
 from app.services import sessions as session_service
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 
 PROBLEM = {"content": {"application/problem+json": {}}}
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **PROBLEM},
@@ -31,13 +33,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **P
 
 
 @router.post("/sessions", status_code=201, response_model=SessionCreated, responses=ERRORS)
-def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles) -> SessionCreated:
-    """Create a session (profile, task contract, system instructions, tool declarations)."""
+def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters) -> SessionCreated:
+    """Create a session (profile, task contract, system instructions, tool declarations).
+    Contract, system or tool text that spells a control token of the profile is 422."""
     profile = body.profile or request.app.state.settings.default_profile
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
-            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata)
+            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters)
     return SessionCreated(id=session_id)
 
 
