@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-EventId = Annotated[str, Field(min_length=1, max_length=200)]
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (U+0000): identifiers and the system text are stored as "
+                         "SQL text, which cannot hold one (payloads and message text can)")
+    return value
+
+
+NoNul = AfterValidator(_no_nul)
+EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
 
 
 class Strict(BaseModel):
@@ -15,7 +26,7 @@ class Strict(BaseModel):
 
 
 class ConstraintIn(Strict):
-    id: Annotated[str, Field(min_length=1, max_length=200)]
+    id: Annotated[str, Field(min_length=1, max_length=200), NoNul]
     text: Annotated[str, Field(min_length=1)]
 
 
@@ -51,7 +62,7 @@ class ToolDecl(BaseModel):
 class SessionCreate(Strict):
     profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
     contract: ContractIn
-    system: str = ""
+    system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -82,8 +93,8 @@ class SessionOut(BaseModel):
 
 
 class ToolCallIn(Strict):
-    call_id: Annotated[str, Field(min_length=1, max_length=200)]
-    name: Annotated[str, Field(min_length=1, max_length=64)]
+    call_id: CallId
+    name: Annotated[str, Field(min_length=1, max_length=64), NoNul]
     arguments: str = Field(default="{}", description="JSON text as the model produced it (an object is serialised)")
 
     @field_validator("arguments", mode="before")
@@ -115,7 +126,7 @@ class MessageIn(Strict):
 class BindingIn(Strict):
     """Eq. 5 binding; ``revision`` omitted binds to the artifact's current revision."""
 
-    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    artifact: ArtifactName
     kind: Annotated[str, Field(min_length=1, max_length=64)]
     revision: Annotated[int, Field(ge=0)] | None = None
     range: str | None = None
@@ -125,7 +136,7 @@ class BindingIn(Strict):
 class ToolResultIn(Strict):
     event_id: EventId
     kind: Literal["tool_result"]
-    call_id: Annotated[str, Field(min_length=1, max_length=200)]
+    call_id: CallId
     payload: str
     exit_code: int | None = None
     binding: BindingIn | None = None
@@ -135,7 +146,7 @@ class ToolResultIn(Strict):
 class ArtifactWriteIn(Strict):
     event_id: EventId
     kind: Literal["artifact_write"]
-    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    artifact: ArtifactName
     content_hash: str | None = None
 
 
@@ -168,3 +179,27 @@ class EventBatchOut(BaseModel):
 class AssembledRequest(BaseModel):
     request: dict[str, Any]
     manifest: dict[str, Any]
+
+
+class PreconditionIn(Strict):
+    """The state of ``artifact`` an action was planned on: its ``revision`` (the
+    server's counter; an artifact never written is at 0) and/or its ``content_hash``."""
+
+    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    revision: Annotated[int, Field(ge=0)] | None = None
+    content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "PreconditionIn":
+        if self.revision is None and self.content_hash is None:
+            raise ValueError("give revision or content_hash (or both)")
+        return self
+
+
+class PreconditionOut(BaseModel):
+    """The precondition holds: the artifact's current state."""
+
+    artifact: str
+    revision: int
+    content_hash: str | None = None
+    holds: Literal[True] = True

@@ -8,7 +8,7 @@ each end instead, sized from the token counts (``WINDOW_CHARS_PER_TOKEN`` charac
 token, doubled while the window holds too few tokens), so the work follows the cap, not
 the payload.
 
-Why the cuts are right: a window holding ``CUT_MARGIN`` tokens more than it gives up has
+Why the cuts are right: a window holding ``WINDOW_MARGIN`` tokens more than it gives up has
 the whole text's first (last) tokens up to the margin, since where a token ends depends
 only on nearby text; the head stays an exact prefix and the tail an exact suffix (the
 meter's cut guarantees it on the window, and a window is itself a prefix or a suffix).
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 #: doubled, so this sets the cost, not the result (code and logs average 3-4 characters).
 WINDOW_CHARS_PER_TOKEN = 8
 #: Tokens a window holds beyond what it gives up, so the cut is not near the window's edge.
-CUT_MARGIN = 16
+WINDOW_MARGIN = 16
 
 #: A meter's exact cut of a whole text: (head, tail, elided tokens); (text, "", 0) when it fits.
 Cut = Callable[[str, int, int], tuple[str, str, int]]
@@ -37,15 +37,15 @@ Cut = Callable[[str, int, int], tuple[str, str, int]]
 
 def _end_window(text: str, keep: int, cut: Cut, *, from_end: bool) -> str:
     """The head (or, ``from_end``, the tail) of about ``keep`` tokens, cut in the shortest
-    window (doubling) at that end of ``text`` that holds more than ``keep + CUT_MARGIN``
+    window (doubling) at that end of ``text`` that holds more than ``keep + WINDOW_MARGIN``
     tokens."""
-    size = (keep + CUT_MARGIN) * WINDOW_CHARS_PER_TOKEN
+    size = (keep + WINDOW_MARGIN) * WINDOW_CHARS_PER_TOKEN
     while True:
         if size >= len(text):
             piece = text
         else:
             piece = text[-size:] if from_end else text[:size]
-        head, tail, elided = cut(piece, CUT_MARGIN, keep) if from_end else cut(piece, keep, CUT_MARGIN)
+        head, tail, elided = cut(piece, WINDOW_MARGIN, keep) if from_end else cut(piece, keep, WINDOW_MARGIN)
         if elided or piece is text:
             return tail if from_end else head
         size *= 2
@@ -57,7 +57,7 @@ def windowed_head_tail(text: str, head_tokens: int, tail_tokens: int, cut: Cut) 
     ``head_tokens + tail_tokens`` tokens (it then enters whole). ``cut`` is the meter's
     exact cut (it tokenizes what it is given); only windows next to the cuts are given to
     it unless the text is short (module docstring)."""
-    window = (head_tokens + tail_tokens + 2 * CUT_MARGIN) * WINDOW_CHARS_PER_TOKEN
+    window = (head_tokens + tail_tokens + 2 * WINDOW_MARGIN) * WINDOW_CHARS_PER_TOKEN
     if len(text) <= 2 * window:
         head, tail, elided = cut(text, head_tokens, tail_tokens)
         return (head, tail) if elided else None

@@ -23,7 +23,9 @@ class LeafToolCall:
 @dataclass(frozen=True)
 class LeafMessage:
     """One leaf message. ``role`` is assistant, tool or user; tool messages carry
-    ``call_id`` and ``name``; assistant messages may carry ``tool_calls``."""
+    ``call_id`` and ``name``; assistant messages may carry ``tool_calls``.
+    ``neutralised`` counts the control strings broken in its texts (for the manifest item
+    of event ``seq``; :func:`app.domain.text.neutralise_control_text`)."""
 
     role: str
     content: str
@@ -32,6 +34,7 @@ class LeafMessage:
     name: str | None = None
     reasoning: str | None = None
     seq: int | None = None
+    neutralised: int = 0
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,8 @@ def units(label: str, n: int) -> str:
 class UnitMeter:
     """TokenMeter of the unit-token profile (module docstring): exact sizes, no framing."""
 
+    control_strings: tuple[str, ...] = ()
+
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
         self._texts: dict[str, list[int]] = {}  # memo: synthetic texts repeat across calls

@@ -10,7 +10,7 @@ import orjson
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
-from app.domain.errors import ManifestNotFound, UnsupportedFormat
+from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.domain.types import ToolResultEvent
@@ -167,7 +167,10 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
 
     Raises:
         SessionNotFound (404), UnsupportedFormat (422), PinnedOverBudget (422): the root,
-        trunk and next step alone exceed ``input_limit`` (eq. 1).
+        trunk and next step alone exceed ``input_limit`` (eq. 1); NewestGroupOverBudget
+        (422): the newest turn group cannot fit even bounded; TemplateUnsupported /
+        ServerFault (500): the profile's template cannot be counted by zone, or a storage
+        invariant broke.
     """
     if fmt not in FORMATS:
         raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
@@ -184,7 +187,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
                                payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
-        assert stored == handle  # content-addressed: the note names exactly what is stored
+        if stored != handle:  # content-addressed: the note must name exactly what is stored
+            raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     body = serialize(assembly, profile, fmt, session_id=session_id)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement

@@ -11,22 +11,42 @@ from typing import Any, ContextManager
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound
+from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound
 from app.domain.layout import canonical_json
+from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
 from app.store.tables import ArtifactRow, SessionRow
+from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 from app.observability import metrics
 
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
-                   tools: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
+                   tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None) -> str:
     """Create a session; returns its id (32 hex chars).
+
+    With ``meters``, the text rendered verbatim (contract goal and constraints, which are
+    protected fields; system; every string of the tool declarations) is checked against
+    the profile's control strings (TokenMeter.control_strings): it cannot be neutralised
+    without changing it, so one that spells a control token is refused.
 
     Raises:
         UnknownProfile: ``profile`` is not configured (HTTP 422).
+        ControlTokenInText: protected text spells a control token of the profile (HTTP 422;
+            ``loc`` names the field, e.g. ``["contract", "constraints", 0, "text"]``).
     """
-    profiles.get(profile)
+    spec = profiles.get(profile)
+    if meters is not None:
+        protected = {"contract": {"goal": contract.get("goal", ""), "constraints": contract.get("constraints", [])},
+                     "system": system, "tools": tools}
+        found = first_control_string(protected, meters.get(spec).control_strings)
+        if found is not None:
+            loc, control = found
+            raise ControlTokenInText(
+                f"{'.'.join(map(str, loc))} spells {control!r}, a control token of profile {profile!r}; this text "
+                "is rendered verbatim, so it cannot be neutralised: reword it, or quote it in a user message "
+                "(where it is neutralised)", loc=list(loc),
+                control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
                      metadata=metadata)
@@ -194,7 +214,9 @@ def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, lengt
                 lines: str | None = None) -> tuple[str, bytes, int]:
     """The raw payload behind ``handle`` (sha256 hex or an unambiguous prefix of >= 8 hex
     chars), whole or sliced: ``offset``/``length`` in bytes, or ``lines`` "a:b" (1-based,
-    inclusive). Returns (full handle, bytes, total size in bytes).
+    inclusive; lines end at ``"\\n"`` only, as ``sed -n 'a,bp'`` and ``grep -n`` count them:
+    ``\\r`` progress bars and form feeds stay inside their line). Returns (full handle,
+    bytes, total size in bytes).
 
     Raises:
         HandleNotFound: unknown handle (404). InvalidRange: a slice outside the payload or
@@ -221,7 +243,7 @@ def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, lengt
             a, b = int(a_text), int(b_text)
         except ValueError:
             raise InvalidRange(f"lines must be 'a:b' (1-based, inclusive), got {lines!r}") from None
-        all_lines = data.splitlines(keepends=True)
+        all_lines = split_lines(data)
         if a < 1 or b < a:
             raise InvalidRange(f"lines {lines!r}: need 1 <= a <= b (1-based, inclusive)", lines=len(all_lines))
         if a > max(len(all_lines), 1):

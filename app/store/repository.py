@@ -212,6 +212,28 @@ def artifact_revision(db: OrmSession, session_id: str, artifact: str) -> int:
     return row.revision if row else 0
 
 
+def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revision: int) -> str | None:
+    """The content hash last recorded for ``revision`` of ``artifact``: by the
+    ``artifact_write`` that made it or by a ``tool_result`` bound to it, whichever
+    came later (highest seq); None when neither gave one."""
+    write = db.execute(
+        select(EventRow.seq, EventRow.body["content_hash"].as_string())
+        .where(EventRow.session_id == session_id, EventRow.kind == "artifact_write",
+               EventRow.body["artifact"].as_string() == artifact,
+               EventRow.body["revision"].as_integer() == revision,
+               EventRow.body["content_hash"].as_string().is_not(None))
+        .order_by(EventRow.seq.desc()).limit(1)).first()
+    read = db.execute(
+        select(EventRow.seq, EventRow.body[("binding", "content_hash")].as_string())
+        .where(EventRow.session_id == session_id, EventRow.kind == "tool_result",
+               EventRow.body[("binding", "artifact")].as_string() == artifact,
+               EventRow.body[("binding", "revision")].as_integer() == revision,
+               EventRow.body[("binding", "content_hash")].as_string().is_not(None))
+        .order_by(EventRow.seq.desc()).limit(1)).first()
+    found = [r for r in (write, read) if r is not None]
+    return max(found, key=lambda r: r[0])[1] if found else None
+
+
 def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     body = row.body
     if row.kind == "message":

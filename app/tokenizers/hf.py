@@ -32,10 +32,12 @@ from typing import Any, Callable, Sequence
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
+from app.domain.errors import TemplateUnsupported
 from app.domain.memo import bounded_memo
 from app.domain.prefix_layout import leaf_chars
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
+from app.domain.text import cut_head_tail
 from app.tokenizers.native import native_renderer, template_sha256
 
 log = logging.getLogger(__name__)
@@ -181,6 +183,19 @@ def inert(role: str, content: str) -> bool:
     return role in ("system", "tool")
 
 
+def control_strings(tokenizer: Any) -> tuple[str, ...]:
+    """The added tokens (special or not) that ``tokenizer`` matches inside ordinary text,
+    i.e. whose content encodes to the token's own id: the strings a payload must not
+    carry into a render (TokenMeter.control_strings). Whitespace-only added tokens are
+    vocabulary, not control, and are left out. Sorted."""
+    out = []
+    for token_id, token in tokenizer.added_tokens_decoder.items():
+        content = token.content
+        if content.strip() and token_id in tokenizer.encode(content, add_special_tokens=False):
+            out.append(content)
+    return tuple(sorted(out))
+
+
 class HFChatMeter:
     """TokenMeter for a transformers tokenizer with a chat template.
 
@@ -202,6 +217,7 @@ class HFChatMeter:
         self.render_cache = render_cache
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
+        self.control_strings = control_strings(tokenizer)
         # payloads are immutable: a text is counted, and a capped tool output cut, once (keyed
         # by the text's sha256, so the memo does not hold the text)
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
@@ -257,16 +273,10 @@ class HFChatMeter:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
-        """Cut ``text`` at token boundaries (offset mapping): head, tail, elided tokens."""
+        """Cut ``text`` at token boundaries (character offset mapping): an exact prefix and
+        suffix, never inside a character (:func:`app.domain.text.cut_head_tail`)."""
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets = enc["offset_mapping"]
-        n = len(offsets)
-        if n <= head_tokens + tail_tokens:
-            return text, "", 0
-        head_end = offsets[head_tokens - 1][1] if head_tokens else 0
-        tail_start = offsets[n - tail_tokens][0] if tail_tokens else len(text)
-        tail_start = max(tail_start, head_end)
-        return text[:head_end], text[tail_start:], n - head_tokens - tail_tokens
+        return cut_head_tail(text, enc["offset_mapping"], head_tokens, tail_tokens)
 
     def encode(self, text: str) -> list[int]:
         if self.encoder is not None:
@@ -310,7 +320,9 @@ class HFChatMeter:
 
     def _head(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> tuple[int, int, int]:
         """(trunk start, leaf start, root tokens without tools) in the render of the root and
-        trunk; cached by their content (they change only when the trunk is rewritten)."""
+        trunk; cached by their content (they change only when the trunk is rewritten).
+        Raises TemplateUnsupported (a 500 problem: the profile's, not the caller's) when the
+        template renders the trunk differently with and without tools."""
         key = hashlib.sha256(json.dumps([messages[:2], tools], sort_keys=True).encode()).hexdigest()
         known = self._heads.get(key)
         if known is not None:
@@ -327,7 +339,9 @@ class HFChatMeter:
             bare_common = next((i for i, (a, b) in enumerate(zip(bare_probe, bare)) if a != b), 0)
             bare_trunk = self._boundary_before(bare, bare_common)
             if bare[bare_trunk:] != head[trunk_start:]:
-                raise ValueError("the chat template renders the trunk differently with and without tools")
+                raise TemplateUnsupported(
+                    "the chat template renders the trunk differently with and without tools, so the tools' "
+                    "tokens cannot be counted apart", reason="trunk_depends_on_tools")
             bare_root = len(self.encode(bare[:bare_trunk]))
         value = (trunk_start, leaf_start, bare_root)
         self._heads.put(key, value)
@@ -354,6 +368,10 @@ class HFChatMeter:
             encoded = self.encoder.encode_after(text, *recent) if recent else self.encoder.encode(text)
             self._recent.put(head_key, (text, encoded))
             ids = encoded.id_array
+            if not (encoded.is_boundary(trunk_start) and encoded.is_boundary(leaf_start)):
+                raise TemplateUnsupported(
+                    f"a zone start (trunk at char {trunk_start}, leaf at char {leaf_start}) is not next to an added "
+                    "token of the render, so the zones cannot be counted exactly", reason="zone_not_at_boundary")
             root_n = encoded.token_offset_at(trunk_start)
             leaf_at = encoded.token_offset_at(leaf_start)
             # segments by zone: zone starts are segment boundaries, so slices of status

@@ -10,12 +10,14 @@ zone less the system text v3 moves into it; observations = the rest (sums to tot
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator, Mapping, MutableMapping
+from itertools import accumulate
+from typing import Any, Callable, Iterator, Mapping, MutableMapping, Sequence
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
-from app.tokenizers.hf import memoized_cuts
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
+from app.domain.text import CUT_MARGIN, cut_head_tail
+from app.tokenizers.hf import memoized_cuts
 from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
 
@@ -57,11 +59,33 @@ class _BoundedDict(MutableMapping[str, list[int]]):
         return len(self._lru)
 
 
+class _EndSpans(Sequence[tuple[int, int]]):
+    """Byte spans of the first ``head`` and last ``tail`` tokens of ``ids`` (all that a head
+    + tail cut reads), without decoding the tokens in between."""
+
+    def __init__(self, ids: list[int], size: int, piece: Callable[[int], bytes], *, head: int, tail: int) -> None:
+        self._n, self._size = len(ids), size
+        self._ends = list(accumulate(len(piece(i)) for i in ids[:head]))
+        self._back = list(accumulate(len(piece(i)) for i in reversed(ids[max(0, self._n - tail):])))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> tuple[int, int]:  # type: ignore[override]
+        if 0 <= i < len(self._ends):
+            return (self._ends[i - 1] if i else 0), self._ends[i]
+        back = self._n - 1 - i  # tokens after i
+        if 0 <= back < len(self._back):
+            return self._size - self._back[back], self._size - (self._back[back - 1] if back else 0)
+        raise IndexError(f"token {i} is not within the spans kept next to the cuts")
+
+
 class MistralMeter:
     def __init__(self, tekken: MistralTekken) -> None:
         self.tekken = tekken
         self._raw = tekken.mistral.instruct_tokenizer.tokenizer
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
+        self.control_strings = self._control_strings()
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
         self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
@@ -77,16 +101,31 @@ class MistralMeter:
         path = spec.get("path") or default_tekken_path(str(spec.get("file", "tekken_240718.json")))
         return cls(load_tekken(str(path)))
 
+    def _control_strings(self) -> tuple[str, ...]:
+        """The control tokens' texts (``[INST]``, ``</s>``, ``[TOOL_CALLS]`` ...) that the
+        encoder turns into a control id when they occur in text. mistral-common encodes
+        text with tiktoken without special tokens, so none does: ``()`` (tested; computed,
+        not assumed, so a tokenizer that behaves otherwise gets its list)."""
+        raw, n = self._raw, self._raw.num_special_tokens
+        found = set()
+        for token_id in range(n):
+            piece = raw.id_to_piece(token_id)
+            if piece.strip() and any(i < n for i in raw.encode(piece, bos=False, eos=False)):
+                found.add(piece)
+        return tuple(sorted(found))
+
     def _count_text(self, text: str) -> int:
         return len(self._raw.encode(text, bos=False, eos=False))
 
     def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
+        """Cut ``text`` at token boundaries: an exact prefix and suffix, never inside a
+        character (tekken tokens are byte pieces: :func:`app.domain.text.cut_head_tail`)."""
         ids = self._raw.encode(text, bos=False, eos=False)
         if len(ids) <= head_tokens + tail_tokens:
             return text, "", 0
-        head = self._raw.decode(ids[:head_tokens]) if head_tokens else ""
-        tail = self._raw.decode(ids[len(ids) - tail_tokens:]) if tail_tokens else ""
-        return head, tail, len(ids) - head_tokens - tail_tokens
+        spans = _EndSpans(ids, len(text.encode("utf-8")), self._raw.id_to_byte_piece,
+                          head=head_tokens + CUT_MARGIN, tail=tail_tokens + CUT_MARGIN)
+        return cut_head_tail(text, spans, head_tokens, tail_tokens, in_bytes=True)
 
     def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         body = serialize(conversation, model="-", max_tokens=1)

@@ -62,10 +62,10 @@ def test_two_megabyte_output_is_cut_from_its_ends(client: TestClient) -> None:
 
     body, manifest = first.json()["request"], first.json()["manifest"]
     tool = next(m for m in body["messages"] if m["role"] == "tool")["content"]
-    marker = re.search(r"\[\.\.\. ([\d,]+) lines \(([\d,]+) bytes\) elided by ctxd: lines (\d+)-(\d+) of the output, "
-                       r"kept whole as handle ([0-9a-f]{64}) \(GET /v1/handles/\5\?lines=\3:\4\) \.\.\.\]", tool)
-    assert marker is not None and marker.group(5) == handle and "tokens" not in tool
-    n_lines, n_bytes, first_line, last_line = (int(marker.group(i).replace(",", "")) for i in range(1, 5))
+    marker = re.search(r"\[\.\.\. ([\d,]+) lines \(([\d,]+) bytes\) elided by ctxd; the whole output is handle "
+                       r"([0-9a-f]{64}): GET /v1/handles/\3\?lines=(\d+):(\d+) \.\.\.\]", tool)
+    assert marker is not None and marker.group(3) == handle and "tokens" not in tool
+    n_lines, n_bytes, first_line, last_line = (int(marker.group(i).replace(",", "")) for i in (1, 2, 4, 5))
     item = next(i for i in manifest["items"] if i["kind"] == "tool_result")
     assert item["representation"] == "head_tail" and item["elided_lines"] == [first_line, last_line]
     assert n_lines == last_line - first_line + 1 and item["elided_bytes"] == n_bytes

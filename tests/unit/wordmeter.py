@@ -13,6 +13,8 @@ FRAME = 4  # tokens of framing per message
 
 
 class WordMeter:
+    control_strings: tuple[str, ...] = ()
+
     def count_text(self, text: str) -> int:
         return len(text.split())
 

@@ -8,11 +8,22 @@ from typing import Annotated, Any
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.deps import Meters, Profiles, Uow
-from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
+from app.api.schemas import (
+    AssembledRequest,
+    EventBatch,
+    EventBatchOut,
+    PreconditionIn,
+    PreconditionOut,
+    SessionCreate,
+    SessionCreated,
+    SessionOut,
+)
+from app.api.routing import CheckedRoute
+from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
 
 PROBLEM = {"content": {"application/problem+json": {}}}
@@ -24,13 +35,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **P
 
 
 @router.post("/sessions", status_code=201, response_model=SessionCreated, responses=ERRORS)
-def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles) -> SessionCreated:
-    """Create a session (profile, task contract, system instructions, tool declarations)."""
+def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters) -> SessionCreated:
+    """Create a session (profile, task contract, system instructions, tool declarations).
+    Contract, system or tool text that spells a control token of the profile is 422."""
     profile = body.profile or request.app.state.settings.default_profile
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
-            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata)
+            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters)
     return SessionCreated(id=session_id)
 
 
@@ -61,6 +73,17 @@ def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, session_id: str,
         request_service.remember_payload_tokens(meters, session_id, tokenizer_id, counts)
     except Exception:  # an optimisation: never fails anything; GETs report the count as unknown
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
+
+
+@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=ERRORS)
+def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> PreconditionOut:
+    """Action-time precondition (compare-and-swap, seed 000 section 4.7.2): 200 when the
+    artifact is still at the presented revision / content hash, else 409 problem+json
+    with the current ``revision`` (and ``content_hash`` when known)."""
+    with uow() as db:
+        state = precondition_service.check(db, session_id, body.artifact, revision=body.revision,
+                                           content_hash=body.content_hash)
+    return PreconditionOut(**state.as_dict())
 
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)
