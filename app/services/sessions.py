@@ -187,9 +187,10 @@ def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles
     counting a 2 MB output takes seconds, so it happens in no request. Two short
     transactions (read, then write); none is open while tokenizing.
 
-    Returns (the tokenizer id, the counts computed now: handle -> tokens). Payloads
-    already counted, unknown handles and a session that is gone are skipped. Raises
-    TokenizerUnavailable when the profile's tokenizer cannot be loaded."""
+    Returns (the tokenizer id, every count of ``handles``: handle -> tokens, stored before
+    or computed now). Payloads already counted are not counted again; unknown handles and
+    a session that is gone are skipped. Raises TokenizerUnavailable when the profile's
+    tokenizer cannot be loaded."""
     if not handles:
         return "", {}
     with uow() as db:
@@ -198,8 +199,8 @@ def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles
             return "", {}
         meter = meters.get(profiles.get(row.profile))
         tokenizer_id = str(meter.tokenizer_id)
-        missing = [h for h, n in repo.payload_token_counts(db, handles, tokenizer_id).items() if n is None]
-        texts = repo.get_payload_texts(db, missing)
+        stored = repo.payload_token_counts(db, handles, tokenizer_id)
+        texts = repo.get_payload_texts(db, [h for h, n in stored.items() if n is None])
     counts: dict[str, int] = {}
     with _COUNTING:
         for handle, text in texts.items():
@@ -207,7 +208,7 @@ def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles
     if counts:
         with uow() as db:
             repo.store_token_counts(db, tokenizer_id, counts)
-    return tokenizer_id, counts
+    return tokenizer_id, {h: n for h, n in stored.items() if n is not None} | counts
 
 
 def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, length: int | None = None,

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from app.services.sessions import count_payload_tokens
 from app.store.db import unit_of_work
 from tests.api.test_api import assistant, new_session, post, result
+from tests.api.test_large_output import SpyTokenizer
 
 
 def stored_counts(client: TestClient, handle: str) -> dict | None:
@@ -37,8 +38,17 @@ def test_tool_output_tokens_are_counted_once_after_the_post(client: TestClient) 
     def uow():
         return unit_of_work(state.session_factory)
 
-    # already counted: nothing is computed again; qwen3-128k shares the tokenizer, so the count
-    assert count_payload_tokens(uow, state.profiles, state.meters, sid, [handle]) == (meter.tokenizer_id, {})
+    # already counted: nothing is computed again (the stored count is returned, for the memo);
+    # qwen3-128k shares the tokenizer, so the count
+    meter.count_text.cache_clear()
+    spy = SpyTokenizer(meter.tokenizer)
+    meter.tokenizer = spy
+    try:
+        assert count_payload_tokens(uow, state.profiles, state.meters, sid, [handle]) == \
+            (meter.tokenizer_id, {handle: expected})
+    finally:
+        meter.tokenizer = spy._inner
+    assert spy.seen == [], "a stored count is not computed again"
     other = new_session(client, profile="qwen3-128k")
     assert post(client, other, assistant("a1", "c1"), result("r1", "c1", payload)).status_code == 200
     assert stored_counts(client, handle) == {meter.tokenizer_id: expected}
