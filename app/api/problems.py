@@ -26,6 +26,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.InvalidRange: 416,
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
+    errors.ProviderRuleViolation: 422,
     errors.TokenizerUnavailable: 503,
 }
 

@@ -45,11 +45,20 @@ def prompt_cache_key(session_id: str) -> str:
 
 
 def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str) -> dict[str, Any]:
-    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat."""
+    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat.
+
+    openai: the profile's ``chat_template_kwargs`` ride along (only when it declares some),
+    and a meter that counted other messages than the plain serialization (mistral-tekken:
+    ``Measurement.extra["openai_messages"]``) has those served, so the body is what was counted."""
     conversation = assembly.conversation
     if fmt == "openai":
-        return openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
-                                     prompt_cache_key=prompt_cache_key(session_id))
+        body = openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+                                     prompt_cache_key=prompt_cache_key(session_id),
+                                     chat_template_kwargs=profile.chat_template_kwargs)
+        counted = assembly.measurement.extra.get("openai_messages")
+        if isinstance(counted, list):
+            body["messages"] = counted
+        return body
     if fmt == "anthropic":
         return anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
     if fmt == "tokens":
@@ -160,7 +169,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         "items": list(assembly.items),
         "elided": list(assembly.elided),
         "elided_tokens": elided_tokens + capped_tokens,
-        "layout_warnings": list(assembly.warnings),
+        "layout_warnings": list(assembly.warnings)
+        + (anthropic_wire.layout_warnings(assembly.conversation) if fmt == "anthropic" else []),
     }
     if fmt == "anthropic":
         manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}
