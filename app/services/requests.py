@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,13 @@ class AssembledRequest:
 
 
 def request_bytes(body: dict[str, Any]) -> bytes:
-    """The canonical bytes of a request body (what byte-identity is checked on)."""
-    return orjson.dumps(body)
+    """The canonical bytes of a request body (what byte-identity is checked on): orjson's
+    compact JSON, or the same compact form from ``json`` for what orjson refuses (an
+    integer beyond 64 bits in a tool call's parsed arguments, the Anthropic ``input``)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def prompt_cache_key(session_id: str) -> str:
