@@ -161,13 +161,16 @@ def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
     return out
 
 
-def leaf_transforms(message: MessageEvent) -> list[str]:
-    """What the leaf-level rules (README "Provider rules") changed in ``message`` as the
-    request carries it, for the manifest item's ``transform``."""
+def leaf_transforms(group: TurnGroup) -> list[str]:
+    """What the leaf-level rules (README "Provider rules") changed in the group's message as
+    the request carries it (its text, and the calls sent: those with a result), for the
+    manifest item's ``transform``."""
+    message = group.message
+    resolved = {r.call_id for r in group.results}
     out = []
     if message.role == "assistant" and assistant_text(message.content) != message.content:
         out.append("trailing whitespace of the text trimmed")
-    for call in message.tool_calls:
+    for call in (c for c in message.tool_calls if c.call_id in resolved):
         if function_name(call.name) != call.name:
             out.append(f"call {call.call_id}: name sent as {function_name(call.name)!r}")
         if tool_arguments(call.arguments) != call.arguments:
@@ -419,7 +422,7 @@ def assemble_window(
                 else:
                     entry["representation"] = "verbatim"
                     entry["why"] = "recent turn"
-                    if isinstance(event, MessageEvent) and (transforms := leaf_transforms(event)):
+                    if event is group.message and (transforms := leaf_transforms(group)):
                         entry["transform"] = transforms
                     if group.pending:
                         entry["pending_calls"] = list(group.pending)
