@@ -29,6 +29,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
     errors.NewestGroupOverBudget: 422,
+    errors.ProviderRuleViolation: 422,
     errors.TokenizerUnavailable: 503,
     errors.InvalidPrecondition: 422,
     errors.PreconditionFailed: 409,

@@ -50,6 +50,24 @@ class FunctionDecl(BaseModel):
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """README "Provider rules": a JSON Schema (draft 7, as mistral-common checks it) whose
+        top level is ``"type": "object"`` (OpenAI and Anthropic ``input_schema``)."""
+        if not value:
+            return value
+        from jsonschema import Draft7Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft7Validator.check_schema(value)
+        except SchemaError as exc:
+            raise ValueError(f"parameters is not a valid JSON Schema (draft 7): {exc.message}") from None
+        if value.get("type") != "object":
+            raise ValueError('parameters must be a JSON Schema with "type": "object" at the top level')
+        return value
+
 
 class ToolDecl(BaseModel):
     """An OpenAI function declaration: ``{"type": "function", "function": {...}}``."""
@@ -117,6 +135,9 @@ class MessageIn(Strict):
     def _calls(self) -> "MessageIn":
         if self.role == "user" and (self.tool_calls or self.reasoning):
             raise ValueError("a user message carries neither tool_calls nor reasoning")
+        if self.role == "user" and not self.content.strip():
+            raise ValueError("a user message needs text other than whitespace (Anthropic refuses empty text "
+                             "content; README \"Provider rules\")")
         ids = [c.call_id for c in self.tool_calls]
         if len(set(ids)) != len(ids):
             raise ValueError("tool call ids must be unique within a message")

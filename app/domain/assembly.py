@@ -18,8 +18,17 @@ from typing import Any
 from app.domain.budget import Budget, check_pinned, split_share
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
-from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
-from app.domain.memo import bounded_memo
+from app.domain.layout import (
+    Conversation,
+    LeafMessage,
+    LeafToolCall,
+    arguments_problem,
+    assistant_text,
+    canonical_tools,
+    function_name,
+    render_contract,
+    tool_arguments,
+)
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
@@ -276,27 +285,43 @@ def observation_text(result: ToolResultEvent, body: str) -> str:
     return ("\n".join(header) + "\n" + body) if header else body
 
 
-@bounded_memo(16384, 4096, len)  # at most 64 M characters of arguments
-def _is_json_object(text: str) -> bool:
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
-
-
 def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
     """Layout warnings for tool calls the request shows that the model could not have made
-    validly: a tool the session does not declare, or arguments that are not a JSON object.
-    They are recorded as the agent reported them (the log keeps what happened)."""
+    validly: a tool the session does not declare, a name outside ``^[a-zA-Z0-9_-]{1,64}$``
+    (sent as :func:`~app.domain.layout.function_name` rewrites it), or arguments that are
+    not a JSON object (sent wrapped, :func:`~app.domain.layout.tool_arguments`). The event
+    log keeps what the agent reported."""
     declared = {str(t.get("function", t).get("name")) for t in session.tools}
     out = []
     for group in groups:
         for call in group.message.tool_calls:
             if declared and call.name not in declared:
                 out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
-            if not _is_json_object(call.arguments):
-                out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object; "
-                           "rendered as the text given")
+            if function_name(call.name) != call.name:
+                out.append(f"seq {group.message.seq}: call {call.call_id} name {call.name!r} is not a valid function "
+                           f"name; sent as {function_name(call.name)!r}")
+            problem = arguments_problem(call.arguments)
+            if problem:
+                out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object ({problem}); "
+                           'sent wrapped as {"arguments": <the text>}')
+    return out
+
+
+def leaf_transforms(group: TurnGroup) -> list[str]:
+    """What the leaf-level rules (README "Provider rules") changed in the group's message as
+    the request carries it (its text, and the calls sent: those with a result), for the
+    manifest item's ``transform``."""
+    message = group.message
+    resolved = {r.call_id for r in group.results}
+    out = []
+    if message.role == "assistant" and assistant_text(message.content) != message.content:
+        out.append("trailing whitespace of the text trimmed")
+    for call in (c for c in message.tool_calls if c.call_id in resolved):
+        if function_name(call.name) != call.name:
+            out.append(f"call {call.call_id}: name sent as {function_name(call.name)!r}")
+        if tool_arguments(call.arguments) != call.arguments:
+            out.append(f"call {call.call_id}: arguments sent as "
+                       + ("{}" if not arguments_problem(call.arguments) else '{"arguments": <the text>}'))
     return out
 
 
@@ -412,13 +437,15 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
         broken += n
         return text
 
-    names = {c.call_id: clean(c.name) for c in message.tool_calls if c.call_id in resolved}
+    names = {c.call_id: function_name(clean(c.name)) for c in message.tool_calls if c.call_id in resolved}
     calls = tuple(
-        LeafToolCall(c.call_id, names[c.call_id], clean(c.arguments)) for c in message.tool_calls if c.call_id in resolved
+        LeafToolCall(c.call_id, names[c.call_id], clean(tool_arguments(c.arguments)))
+        for c in message.tool_calls if c.call_id in resolved
     )
+    content = assistant_text(message.content) if message.role == "assistant" else message.content
     out: list[LeafMessage] = []
-    if calls or message.content.strip():
-        content = clean(message.content)
+    if calls or content.strip():
+        content = clean(content)
         reasoning = clean(message.reasoning) if render_reasoning and message.reasoning else None
         out.append(LeafMessage(role=message.role, content=content, tool_calls=calls, reasoning=reasoning,
                                seq=message.seq, neutralised=broken))
@@ -628,6 +655,8 @@ def assemble_window(
                 else:
                     entry["representation"] = "verbatim"
                     entry["why"] = "recent turn"
+                    if event is group.message and (transforms := leaf_transforms(group)):
+                        entry["transform"] = transforms
                     if group.pending:
                         entry["pending_calls"] = list(group.pending)
                         entry["why"] += " (calls awaiting a result are left out until it arrives)"

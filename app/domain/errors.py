@@ -101,6 +101,17 @@ class TemplateUnsupported(ServerFault):
     title = "Chat template not supported"
 
 
+class ProviderRuleViolation(DomainError):
+    """The request breaks a structural rule of the profile's tokenizer or chat template (or
+    of the wire format) that ctxd does not lay out around: the tokenizer library's own
+    validation refused it (a Jinja ``raise_exception``, a mistral-common validation error).
+    ``extra`` holds ``rule`` (the rule's id in the README "Provider rules" tables, or
+    ``chat-template`` / ``mistral-common`` with the library's message in ``reason``).
+    """
+
+    title = "Request breaks a provider rule"
+
+
 class TokenizerUnavailable(DomainError):
     title = "Tokenizer unavailable"
 

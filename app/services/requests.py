@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +37,13 @@ class AssembledRequest:
 
 
 def request_bytes(body: dict[str, Any]) -> bytes:
-    """The canonical bytes of a request body (what byte-identity is checked on)."""
-    return orjson.dumps(body)
+    """The canonical bytes of a request body (what byte-identity is checked on): orjson's
+    compact JSON, or the same compact form from ``json`` for what orjson refuses (an
+    integer beyond 64 bits in a tool call's parsed arguments, the Anthropic ``input``)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def prompt_cache_key(session_id: str) -> str:
@@ -46,11 +52,20 @@ def prompt_cache_key(session_id: str) -> str:
 
 
 def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str) -> dict[str, Any]:
-    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat."""
+    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat.
+
+    openai: the profile's ``chat_template_kwargs`` ride along (only when it declares some),
+    and a meter that counted other messages than the plain serialization (mistral-tekken:
+    ``Measurement.extra["openai_messages"]``) has those served, so the body is what was counted."""
     conversation = assembly.conversation
     if fmt == "openai":
-        return openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
-                                     prompt_cache_key=prompt_cache_key(session_id))
+        body = openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+                                     prompt_cache_key=prompt_cache_key(session_id),
+                                     chat_template_kwargs=profile.chat_template_kwargs)
+        counted = assembly.measurement.extra.get("openai_messages")
+        if isinstance(counted, list):
+            body["messages"] = counted
+        return body
     if fmt == "anthropic":
         return anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
     if fmt == "tokens":
@@ -215,7 +230,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         # once after its POST): elided_tokens then sums the known ones
         "elided_tokens_exact": all(i.get("tokens_known", True) for i in (*assembly.elided, *assembly.items)
                                    if i.get("representation") in ("elided", "head_tail")),
-        "layout_warnings": list(assembly.warnings),
+        "layout_warnings": list(assembly.warnings)
+        + (anthropic_wire.layout_warnings(assembly.conversation) if fmt == "anthropic" else []),
     }
     if fmt == "anthropic":
         manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}

@@ -32,13 +32,14 @@ from typing import Any, Callable, Sequence
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
-from app.domain.errors import TemplateUnsupported
+from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
 from app.domain.memo import bounded_memo
 from app.domain.prefix_layout import leaf_chars
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.text import cut_head_tail
 from app.tokenizers.native import native_renderer, template_sha256
+from app.wire.openai import tool_call_id
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ def template_messages(conversation: Conversation, *, render_reasoning: bool = Fa
     """The chat-template input for ``conversation``: system, trunk user message, leaf.
 
     Assistant ``content`` is never None (the Qwen3 template rejects it): "" instead.
+    Tool-call ids are the openai body's (:func:`app.wire.openai.tool_call_id`), so a
+    template that renders ids renders what is served.
     Tool-call arguments are parsed (:func:`parse_arguments`), or with ``arguments_as_text``
     given as the text the template would print for them (:func:`arguments_text`); the
     leaf's dicts are then memoized per leaf message and shared between calls: treat
@@ -127,14 +130,15 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
         out: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
         if m.tool_calls:
             out["tool_calls"] = [
-                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args(c.arguments)}}
+                {"id": tool_call_id(c.call_id), "type": "function",
+                 "function": {"name": c.name, "arguments": args(c.arguments)}}
                 for c in m.tool_calls
             ]
         if render_reasoning and m.reasoning:
             out["reasoning_content"] = m.reasoning
         return out
     if m.role == "tool":
-        return {"role": "tool", "tool_call_id": m.call_id, "name": m.name, "content": m.content}
+        return {"role": "tool", "tool_call_id": tool_call_id(m.call_id or ""), "name": m.name, "content": m.content}
     return {"role": m.role, "content": m.content}
 
 
@@ -205,16 +209,19 @@ class HFChatMeter:
         render_reasoning: render assistant ``reasoning`` (profile switch; off by default).
         render_cache: "native" (a pinned template's Python renderer, else "placeholders"),
             "placeholders" (ChatML-family templates) or "none" (full render).
+        template_kwargs: the profile's ``chat_template_kwargs``, passed to every render
+            (as vLLM and SGLang pass them), e.g. ``{"enable_thinking": False}``.
 
     Raises ValueError for an unknown ``render_cache``.
     """
 
     def __init__(self, tokenizer: Any, *, encoder: Any | None = None, render_reasoning: bool = False,
-                 render_cache: str = "none") -> None:
+                 render_cache: str = "none", template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.encoder = encoder
         self.render_reasoning = render_reasoning
         self.render_cache = render_cache
+        self.template_kwargs = dict(template_kwargs or {})
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
         self.control_strings = control_strings(tokenizer)
@@ -288,14 +295,15 @@ class HFChatMeter:
     def render(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, *,
                add_generation_prompt: bool = True) -> str:
         """The chat template's text for ``messages`` (same output as
-        ``tokenizer.apply_chat_template(..., tokenize=False)``)."""
+        ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``)."""
         if self._native is not None:
-            text = self._native(messages, tools, add_generation_prompt)
+            text = self._native(messages, tools, add_generation_prompt, **self.template_kwargs)
             if text is not None:
                 return text
         if self._template is None or any(_marked(m) for m in messages):
             return str(self.tokenizer.apply_chat_template(
-                messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt, tokenize=False))
+                messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt,
+                tokenize=False, **self.template_kwargs))
         contents: list[str] = []
         skeleton = []
         for m in messages:
@@ -305,7 +313,8 @@ class HFChatMeter:
                 contents.append(content)
             skeleton.append(m)
         text = self._template.render(messages=skeleton, tools=list(tools) if tools else None,
-                                     add_generation_prompt=add_generation_prompt, **self._special)
+                                     add_generation_prompt=add_generation_prompt,
+                                     **(self._special | self.template_kwargs))
         return PLACEHOLDER.sub(lambda match: contents[int(match.group(1))], text)
 
     def _boundary_before(self, text: str, pos: int) -> int:
@@ -351,7 +360,21 @@ class HFChatMeter:
         """Render once, encode through the segment cache, count each zone exactly.
 
         tools = root tokens with the declarations - root tokens without them (the template
-        renders the trunk and leaf identically either way; checked on the trunk)."""
+        renders the trunk and leaf identically either way; checked on the trunk).
+
+        Raises:
+            ProviderRuleViolation: the chat template refused the request (a Jinja error,
+                e.g. a template's ``raise_exception``, or a ValueError from rendering).
+        """
+        import jinja2
+
+        try:
+            return self._measure(conversation)
+        except (jinja2.TemplateError, ValueError) as exc:
+            raise ProviderRuleViolation(f"the profile's chat template refused the request: {exc}",
+                                        rule="chat-template", reason=str(exc)) from exc
+
+    def _measure(self, conversation: Conversation) -> Measurement:
         messages = template_messages(conversation, render_reasoning=self.render_reasoning,
                                      arguments_as_text=self._native is not None)
         tools = list(conversation.tools)

@@ -1,10 +1,16 @@
 """TokenMeter for the ``mistral-tekken`` profile, on :mod:`app.tokenizers.mistral`.
 
-Zones come from the per-message segmenter (owner -1 framing and -2 tool block count to
-the root, message 1 to the trunk, later messages to the leaf). Roles are exact
-differences of whole encodes: tools = count - count without tools; system = count
-without tools - count without tools and without system text; task_state = the trunk
-zone less the system text v3 moves into it; observations = the rest (sums to total).
+The messages counted are the ones served (:meth:`MistralTekken.served_messages`: ids
+mapped, unrepresentable text dropped, a final assistant text as a prefix), handed to the
+openai serializer through ``Measurement.extra["openai_messages"]``.
+
+Zones come from the per-message segmenter (owner -1 framing, -2 tool block and the system
+message count to the root, the trunk (first user message) to the trunk, later messages to
+the leaf). Roles are exact differences of whole encodes: tools = count - count without
+tools; system = count without tools - count without tools and without the system message;
+task_state = the trunk zone, less the system text when v3 puts it there (the last user
+run is the trunk's own, e.g. a leaf user message merged into it); observations = the rest
+(sums to total).
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ import sys
 from itertools import accumulate
 from typing import Any, Callable, Iterator, Mapping, MutableMapping, Sequence
 
+from mistral_common.exceptions import MistralCommonException
+
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
+from app.domain.errors import ProviderRuleViolation
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
 from app.domain.text import CUT_MARGIN, cut_head_tail
@@ -127,31 +136,49 @@ class MistralMeter:
                           head=head_tokens + CUT_MARGIN, tail=tail_tokens + CUT_MARGIN)
         return cut_head_tail(text, spans, head_tokens, tail_tokens, in_bytes=True)
 
-    def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+        """The served chat-completions messages, the tools and the layout warnings."""
         body = serialize(conversation, model="-", max_tokens=1)
-        return body["messages"], body.get("tools", [])
+        tools = body.get("tools", [])
+        messages, warnings = self.tekken.served_messages(body["messages"], tools)
+        return messages, tools, warnings
 
     def measure(self, conversation: Conversation) -> Measurement:
-        messages, tools = self.messages(conversation)
-        _, warnings = self.tekken.to_mistral(messages, tools)
+        """Count the served messages exactly (mistral-common's own encoders).
+
+        Raises:
+            ProviderRuleViolation: mistral-common's validator or encoders refused the request
+                (a rule ctxd does not lay out around, e.g. a tool schema v3 rejects).
+        """
+        try:
+            return self._measure(conversation)
+        except (MistralCommonException, ValueError, TypeError, AssertionError) as exc:
+            raise ProviderRuleViolation(f"mistral-common ({self.tekken.version}) refused the request: {exc}",
+                                        rule="mistral-common", reason=str(exc)) from exc
+
+    def _measure(self, conversation: Conversation) -> Measurement:
+        messages, tools, warnings = self.messages(conversation)
         pieces = self.tekken.segments(messages, tools, cache=self._cache)
+        roles = [m["role"] for m in messages]
+        trunk = roles.index("user")
+        last_user_run = max(owner for owner, _ in pieces if owner >= 0 and roles[owner] == "user")
         by_zone = {"root": 0, "trunk": 0, "leaf": 0}
         ids: list[int] = []
         for owner, piece in pieces:
             ids.extend(piece)
-            zone = "root" if owner in (SEGMENT_FRAMING, SEGMENT_TOOLS, 0) else "trunk" if owner == 1 else "leaf"
+            zone = "root" if owner < trunk else "trunk" if owner == trunk else "leaf"
             by_zone[zone] += len(piece)
         total = len(ids)
         bare = sum(len(p) for _, p in self.tekken.segments(messages, [], cache=self._cache))
-        no_system = [dict(messages[0], content="")] + messages[1:]
+        no_system = [m for m in messages if m["role"] != "system"]
         bare_no_system = sum(len(p) for _, p in self.tekken.segments(no_system, [], cache=self._cache))
         tools_tokens = total - bare
         system_tokens = bare - bare_no_system
-        later_user = any(m["role"] == "user" for m in messages[2:])
-        task_state = by_zone["trunk"] - (0 if later_user else system_tokens)
+        task_state = by_zone["trunk"] - (system_tokens if last_user_run == trunk else 0)
         by_role = {"system": system_tokens, "tools": tools_tokens, "task_state": task_state,
                    "observations": total - system_tokens - tools_tokens - task_state}
-        return Measurement(total=total, by_zone=by_zone, by_role=by_role, warnings=tuple(warnings), ids=tuple(ids))
+        return Measurement(total=total, by_zone=by_zone, by_role=by_role, warnings=tuple(warnings), ids=tuple(ids),
+                           extra={"openai_messages": messages})
 
 
 __all__ = ["MistralMeter", "load_tekken"]

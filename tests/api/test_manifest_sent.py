@@ -12,8 +12,6 @@ from tests.api.test_api import assistant, new_session, post, result
 
 @pytest.mark.parametrize(("role", "content", "reason"), [
     ("assistant", "", "empty message"),
-    ("user", "   ", "whitespace-only text"),
-    ("user", "", "empty message"),
     ("assistant", "\n\n", "whitespace-only text"),
 ])
 def test_unsent_message_is_dropped_in_every_format(client: TestClient, qwen3_ids, role: str, content: str,
@@ -37,6 +35,16 @@ def test_unsent_message_is_dropped_in_every_format(client: TestClient, qwen3_ids
     assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
 
 
+@pytest.mark.parametrize("content", ["", "   ", "\n"])
+def test_blank_user_message_is_refused_at_ingest(client: TestClient, content: str) -> None:
+    """A blank user message is never sendable (provider rules): POST answers 422 and stores nothing."""
+    sid = new_session(client)
+    before = client.get(f"/v1/sessions/{sid}").json()["last_seq"]
+    r = post(client, sid, {"event_id": "m", "kind": "message", "role": "user", "content": content})
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json")
+    assert client.get(f"/v1/sessions/{sid}").json()["last_seq"] == before
+
+
 def test_unsent_message_is_dropped_on_mistral_tekken(client: TestClient) -> None:
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
@@ -44,7 +52,7 @@ def test_unsent_message_is_dropped_on_mistral_tekken(client: TestClient) -> None
 
     sid = new_session(client, profile="mistral-tekken")
     assert post(client, sid, assistant("a1", "c1", content=""), result("r1", "c1", "a.py\n"),
-                {"event_id": "m", "kind": "message", "role": "user", "content": " \t "}).status_code == 200
+                {"event_id": "m", "kind": "message", "role": "assistant", "content": " \t "}).status_code == 200
     got = client.get(f"/v1/sessions/{sid}/request").json()
     item = next(i for i in got["manifest"]["items"] if i["event_id"] == "m")
     assert item["representation"] == "dropped"
