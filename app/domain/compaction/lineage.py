@@ -6,8 +6,8 @@ payload** it comes from (``origins``), so techniques compose and every record an
 names lines of the raw payload, whatever ran before. The raw payload is addressed by its
 handle (sha256 hex of its UTF-8 bytes, the handle ctxd stores tool results under, DESIGN.md
 section 2), and its lines are numbered exactly as ``GET /v1/handles/{handle}?lines=a:b``
-numbers them (1-based, split at ``\\n``, ``\\r\\n`` and a lone ``\\r``, like
-``bytes.splitlines``). So a reader of a :class:`Transform` finds the raw bytes behind every
+numbers them (1-based, split at ``\\n`` only, as ``sed -n`` and ``grep -n`` count:
+:func:`app.domain.text.split_lines`; a lone ``\\r`` is an ordinary character). So a reader of a :class:`Transform` finds the raw bytes behind every
 kept or omitted range with one checked read (seed 000 section 4.5.2: "before evicting any
 raw payload, the runtime records what happened to the omitted material").
 
@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from app.domain.text import split_lines  # the handle API's line rule: "\n" only
 
 __all__ = [
     "MARKER_RE",
@@ -60,19 +62,11 @@ def handle_of(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def split_lines(text: str) -> list[str]:
-    """``text`` cut into lines **with** their endings, exactly as the handle API cuts the
-    payload's bytes for ``?lines=a:b`` (``bytes.splitlines(keepends=True)``: ``\\n``,
-    ``\\r\\n`` and a lone ``\\r`` end a line). ``"".join(split_lines(t)) == t``."""
-    return [part.decode("utf-8", "surrogatepass")
-            for part in text.encode("utf-8", "surrogatepass").splitlines(keepends=True)]
-
-
 def body_of(line: str) -> str:
-    """A line without its ending (``\\r\\n``, ``\\n`` or ``\\r``)."""
+    """A line without its ending (``\\r\\n`` or ``\\n``; a lone ``\\r`` is not one)."""
     if line.endswith("\r\n"):
         return line[:-2]
-    if line.endswith(("\n", "\r")):
+    if line.endswith("\n"):
         return line[:-1]
     return line
 
@@ -237,7 +231,7 @@ def finish(inp: Compacted, lines: Sequence[str], origins: Sequence[Span | None],
     record."""
     pairs = [(line, origin) for line, origin in zip(lines, origins, strict=True) if line]  # "" shows nothing
     origins = [origin for _, origin in pairs]
-    fixed = [line if (i == len(pairs) - 1 or line.endswith(("\n", "\r"))) else line + "\n"
+    fixed = [line if (i == len(pairs) - 1 or line.endswith("\n")) else line + "\n"
              for i, (line, _) in enumerate(pairs)]
     text = "".join(fixed)
     if text == inp.text:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from app.domain.compaction.lineage import Compacted, Span, body_of, coerce, finish, span_of
+from app.domain.compaction.lineage import Compacted, body_of, coerce, finish
 
 __all__ = ["KIND", "render_line", "strip_terminal"]
 
@@ -100,38 +100,26 @@ def render_line(raw: str) -> tuple[str, int]:
 def strip_terminal(value: str | Compacted) -> Compacted:
     """Terminal-control stripping of a raw payload or an earlier technique's output.
 
-    A terminal line is a run of input lines joined by lone carriage returns (the handle API
-    counts a lone ``\\r`` as a line end, so one terminal line may span several raw lines;
-    its origin is that span). Lines without control characters pass through unchanged; the
-    others become :func:`render_line` of their text, with their line ending kept.
+    Lines are cut at ``\\n`` only, as the handle API numbers them, so carriage-return
+    redraws (``10%\\r20%\\r...``) stay inside one line, whose origin is that raw line.
+    Lines without control characters pass through unchanged; the others become
+    :func:`render_line` of their text (a ``\\r`` right before the ``\\n`` is the line's
+    CRLF ending, kept), with their line ending kept.
 
     Deterministic; idempotent (the output has no control character but tabs and line
     endings); an input without control characters is returned unchanged (no record).
     """
     inp = coerce(value)
-    lines = inp.lines
     out: list[str] = []
-    origins: list[Span | None] = []
     rendered = controls = 0
-    i = 0
-    while i < len(lines):
-        j = i
-        while j < len(lines) - 1 and lines[j].endswith("\r") and not lines[j].endswith("\r\n"):
-            j += 1
-        if j == i and not _CONTROL.search(body_of(lines[i])) and not (lines[i].endswith("\r") and not lines[i].endswith("\r\n")):
-            out.append(lines[i])
-            origins.append(inp.origins[i])
-            i += 1
+    for line in inp.lines:
+        body = body_of(line)
+        if not _CONTROL.search(body):
+            out.append(line)
             continue
-        last = lines[j]
-        ending = last[len(body_of(last)):]
-        if ending == "\r":  # a lone CR at the very end: a cursor move, not a line ending
-            ending = ""
-        raw = "".join(lines[i:j]) + body_of(last) + ("\r" if last.endswith("\r") and not last.endswith("\r\n") else "")
-        shown, used = render_line(raw)
-        out.append(shown + ending)
-        origins.append(span_of(inp.origins[i:j + 1]))
+        shown, used = render_line(body)
+        out.append(shown + line[len(body):])
         rendered += 1
         controls += used
-        i = j + 1
-    return finish(inp, out, origins, kind=KIND, params={}, stats={"lines_rendered": rendered, "controls_removed": controls})
+    return finish(inp, out, list(inp.origins), kind=KIND, params={},
+                  stats={"lines_rendered": rendered, "controls_removed": controls})
