@@ -16,6 +16,8 @@ from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
+from app.domain.compaction.fold import Fold, fold_bounds, fold_record
+from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.layout import (
@@ -84,6 +86,7 @@ class Assembly:
     evicted_now: int
     warnings: tuple[str, ...] = field(default=())
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
+    record: ProgressRecord | None = None  # the trunk's progress record (select), None under window
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -459,23 +462,40 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
                   step: StepEvent | None, sizes: Sizes,
-                  control: Sequence[str] = ()) -> tuple[Conversation, dict[str, bytes]]:
+                  control: Sequence[str] = (), *,
+                  trunk: tuple[str, Mapping[str, bytes]] | None = None) -> tuple[Conversation, dict[str, bytes]]:
     """The conversation with ``dropped`` elided, and the index payloads its note names.
     The note's argument previews and the step text have their ``control`` strings
-    neutralised; the contract is verbatim (session create refuses one that spells any)."""
-    trunk = render_contract(session.contract)
-    note, derived = elision_note(dropped, sizes)
-    if note:
-        trunk = trunk + "\n\n" + neutralise_control_text(note, control)[0]
+    neutralised; the contract is verbatim (session create refuses one that spells any).
+    ``trunk``: the trunk text and its index payloads when a progress record replaces the
+    elision note (select); its record text has its control strings neutralised."""
+    if trunk is not None:
+        contract = render_contract(session.contract)
+        text = trunk[0]
+        rest = neutralise_control_text(text[len(contract):], control)[0] if text.startswith(contract) else \
+            neutralise_control_text(text, control)[0]
+        trunk_text, derived = (contract + rest if text.startswith(contract) else rest), dict(trunk[1])
+    else:
+        trunk_text = render_contract(session.contract)
+        note, derived = elision_note(dropped, sizes)
+        if note:
+            trunk_text = trunk_text + "\n\n" + neutralise_control_text(note, control)[0]
     leaf: list[LeafMessage] = []
     for messages in leaf_groups:
         leaf.extend(messages)
     if step is not None:
         text, broken = neutralise_control_text(step.text, control)
         leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
-    conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
+    conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk_text,
                                 leaf=tuple(leaf))
     return conversation, derived
+
+
+def folded_why(seq: int, previous_cut_seq: int, cut_seq: int) -> str:
+    """Which pass folded event ``seq`` into the progress record (the manifest's ``why``)."""
+    if seq >= previous_cut_seq:
+        return f"folded into the progress record by this request's pass (fold point seq {cut_seq})"
+    return f"folded into the progress record by an earlier pass (fold point seq {previous_cut_seq} or before)"
 
 
 def _result_key(result: ToolResultEvent) -> tuple[Any, ...]:
@@ -496,6 +516,7 @@ def assemble_window(
     render_reasoning: bool = False,
     leaf_cache: MutableMapping[Any, Any] | None = None,
     payload_tokens: Mapping[str, int] | None = None,
+    fold: Fold | None = None,
 ) -> Assembly:
     """Select and lay out the next request under the window policy.
 
@@ -517,6 +538,10 @@ def assemble_window(
     ``payload_tokens``: exact token counts of tool outputs known so far (handle -> tokens,
     stored after their POST). They go into the manifest only (items' ``tokens`` and
     ``elided_tokens``, with ``tokens_known``); the request body never depends on them.
+
+    ``fold``: compact instead of evicting (the select policy, :mod:`app.domain.compaction.fold`):
+    a pass runs past ``T_hi`` and folds the groups older than the newest K into the trunk's
+    progress record, down to ``T_lo``; the cut is then the fold point.
 
     The newest turn group that sends something is never evicted: when it alone (every
     older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
@@ -560,22 +585,35 @@ def assemble_window(
     first_kept = min(first_kept, max(newest, 0))
 
     derived_by_k: dict[int, dict[str, bytes]] = {}
+    records: dict[int, ProgressRecord] = {}
 
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
         kept = leaf_groups[k:] if newest_messages is None else \
             [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
-        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings)
+        trunk = None
+        if fold is not None:
+            records[k], text = fold_record(session.contract, events, groups, k, watermarks=fold.watermarks,
+                                           count=meter.count_text, memo=cache)
+            trunk = (text, records[k].index_payloads)
+        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings,
+                                              trunk=trunk)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
     k = first_kept
     fitted: FittedGroup | None = None
-    if measurement.total > budget.input_limit:
+    if measurement.total > (budget.input_limit if fold is None else min(fold.watermarks.t_hi, budget.input_limit)):
         # Smallest k whose request fits the eviction target (binary search; the count is
         # non-increasing in k up to the breadcrumb's growth, so verify and step after).
-        # k never passes the newest group.
+        # k never passes the newest group. A fold (select) keeps the newest K groups and
+        # the pinned ones (fold_bounds) and aims at T_lo.
         target = budget.eviction_target
         lo, hi = first_kept + 1, newest
+        if fold is not None:
+            target = fold.watermarks.t_lo
+            lo, hi = fold_bounds(groups, newest=newest, first_kept=first_kept, keep_groups=fold.watermarks.keep_groups)
+            hi = max(hi, first_kept)
+        top = hi
         best: tuple[int, Conversation, Measurement] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
@@ -585,7 +623,7 @@ def assemble_window(
             else:
                 lo = mid + 1
         if best is None:
-            last = max(newest, first_kept)
+            last = max(top, first_kept)
             conv, meas = (conversation, measurement) if last == first_kept else build(last)
             best = (last, conv, meas)
         k, conversation, measurement = best
@@ -661,12 +699,22 @@ def assemble_window(
                         entry["pending_calls"] = list(group.pending)
                         entry["why"] += " (calls awaiting a result are left out until it arrives)"
                 items.append(entry)
+            elif fold is not None:
+                entry["zone"] = "trunk"
+                entry["representation"] = "folded"
+                entry["why"] = folded_why(group.first_seq, previous_cut_seq, cut_seq)
+                elided.append(entry)
             else:
                 entry["zone"] = "trunk"
                 entry["representation"] = "elided"
                 entry["why"] = "oldest complete turn group evicted to fit the budget (eq. 1)"
                 elided.append(entry)
     for write in writes:
+        if fold is not None and write.seq < cut_seq:
+            items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": "trunk",
+                          "representation": "folded",
+                          "why": f"{write.artifact} r{write.revision}: " + folded_why(write.seq, previous_cut_seq, cut_seq)})
+            continue
         items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
                       "representation": "not_rendered", "why": f"artifact revision bookkeeping ({write.artifact} r{write.revision})"})
     if step is not None:
@@ -695,4 +743,5 @@ def assemble_window(
         evicted_now=k - first_kept,
         warnings=tuple(warnings),
         derived_payloads=derived_by_k.get(k, {}),
+        record=records.get(k),
     )

@@ -14,10 +14,10 @@ predicts prefix reuse with the same cache model, so the numbers compare directly
 * ``window``: the walking-skeleton policy, through the service functions the API uses
   (:func:`app.services.sessions.create_session`, ``ingest_events``,
   :func:`app.services.requests.assemble_request`) with the events exactly as recorded.
-* ``select``: ctxd's default pipeline through the same service path, fed the events with
-  inferred read bindings and artifact writes (``trajectory_events(infer_bindings=True)``).
-  Until compaction and invalidation land, the default pipeline is the window policy, so
-  ``select`` differs from ``window`` only by what it ingests (bindings and writes).
+* ``select``: ctxd's default pipeline (``GET /request``'s default) through the same service
+  path, fed the events with inferred read bindings and artifact writes
+  (``trajectory_events(infer_bindings=True)``): compaction passes at the profile's
+  watermarks fold older turn groups into the trunk's progress record (issue 10).
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class RequestView:
     input_limit: int
     handle_texts: Callable[[str], list[str]] = field(default=lambda text: [], repr=False)
     error: str | None = None
+    compaction_pass: bool = False  # this request ran a compaction pass (select) or an eviction (window)
+    trunk_text: str = ""  # the trunk (contract + progress record) when a record is in it
 
 
 class PolicyRun(Protocol):
@@ -178,11 +180,12 @@ _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{12,64}(?![0-9a-f])")
 
 
 class _ServiceRun:
-    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext) -> None:
+    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, *, policy: str) -> None:
         from app.api.schemas import SessionCreate
         from app.services import sessions as session_service
 
         self.ctx = ctx
+        self.policy = policy
         body = SessionCreate.model_validate(miniswe.session_create_body(traj, profile=ctx.profile))
         with ctx.unit_of_work() as db:
             self.session_id = session_service.create_session(
@@ -227,13 +230,17 @@ class _ServiceRun:
 
         try:
             with self.ctx.unit_of_work() as db:
-                out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai")
+                out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai",
+                                       policy=self.policy)
         except PinnedOverBudget as exc:
             return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
                                input_limit=self.input_limit, error=str(exc))
         manifest = out.manifest
         tokens = manifest["tokens"]
-        return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
+        record = out.assembly.record
+        return RequestView(compaction_pass=bool(manifest["compaction"]["pass"]),
+                           trunk_text=out.assembly.conversation.trunk if record is not None else "",
+                           messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
                            total=int(tokens["total"]), by_zone=dict(tokens["by_zone"]), by_role=dict(tokens["by_role"]),
                            cached=int(manifest["cache"]["predicted_cached_tokens"]),
                            input_limit=int(manifest["budget"]["input_limit"]), handle_texts=self.handle_texts)
@@ -248,7 +255,7 @@ class ServicePolicy:
     infer_bindings: bool
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
-        return _ServiceRun(traj, ctx)
+        return _ServiceRun(traj, ctx, policy=self.name)
 
 
 POLICIES: dict[str, Policy] = {

@@ -126,6 +126,8 @@ class CallRecord:
     grounding_via_handle_hits: int
     provider_prompt_tokens: int | None = None
     error: str | None = None
+    compaction_pass: bool = False  # the request ran a compaction pass (select) or an eviction (window)
+    grounding_record_hits: int = 0  # candidates found in the trunk's progress record (select)
 
 
 @dataclass
@@ -162,7 +164,9 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
     direct, via = metrics.grounding_hits(cands, text)
     if via < len(cands):
         direct, via = metrics.grounding_hits(cands, text, view.handle_texts(text))
+    in_record = sum(1 for c in cands if view.trunk_text and metrics.contains_identifier(view.trunk_text, c))
     return CallRecord(
+        compaction_pass=view.compaction_pass, grounding_record_hits=in_record,
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,
         uncached_tokens=view.total - view.cached, over_limit=view.total > view.input_limit,
         by_role=view.by_role, by_zone=view.by_zone,

@@ -21,7 +21,8 @@ ROLES = ("system", "tools", "task_state", "observations")
 ZONES = ("root", "trunk", "leaf")
 #: the keys of every total and trace entry in results.json (issue 4, item 3)
 KEYS = ("calls", "input_tokens", "cached_tokens", "uncached_tokens", "reuse_ratio", "cost_usd", "compression_ratio",
-        "over_limit", "constraint_retention", "pair_errors", "stale_support", "grounding", "grounding_via_handle")
+        "over_limit", "constraint_retention", "pair_errors", "stale_support", "grounding", "grounding_via_handle",
+        "grounding_via_record", "passes", "passes_per_call")
 PROVIDER_KEYS = ("prompt_tokens", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens", "cost")
 
 
@@ -52,6 +53,11 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         "grounding": (sum(r.grounding_hits / r.grounding_candidates for r in grounded) / len(grounded)) if grounded else None,
         "grounding_via_handle": (sum(r.grounding_via_handle_hits / r.grounding_candidates for r in grounded) / len(grounded))
         if grounded else None,
+        # the share of candidates the trunk's progress record itself holds (select; 0 for the others)
+        "grounding_via_record": (sum(r.grounding_record_hits / r.grounding_candidates for r in grounded) / len(grounded))
+        if grounded else None,
+        "passes": sum(1 for r in records if r.compaction_pass),
+        "passes_per_call": (sum(1 for r in records if r.compaction_pass) / len(records)) if records else None,
         # supporting detail
         "stale_support_rate": stale / superseded if superseded else None,
         "superseded_pairs": superseded,
@@ -75,7 +81,16 @@ def build_results(run: EvalRun, prices: metrics.Prices, profile_info: dict[str, 
         traces = {t: summarize(run.result(p, t).calls, prices, reference.get(t)) for t in run.traces}
         all_calls = [c for t in run.traces for c in run.result(p, t).calls]
         total_ref = sum(reference.values()) if reference else None
-        policies[p] = {"total": summarize(all_calls, prices, total_ref), "traces": traces}
+        total = summarize(all_calls, prices, total_ref)
+        total["max_passes_per_call_20"] = max((e["passes_per_call"] or 0.0 for e in traces.values()
+                                                if e["calls"] >= LONG_TRACE_CALLS), default=None)
+        policies[p] = {"total": total, "traces": traces}
+    if "append" in policies:
+        ref = policies["append"]["total"]
+        for entry in policies.values():
+            t = entry["total"]
+            t["input_vs_append"] = t["input_tokens"] / ref["input_tokens"] if ref["input_tokens"] else None
+            t["cost_vs_append"] = t["cost_usd"] / ref["cost_usd"] if ref["cost_usd"] else None
     first = run.policies[0]
     provider_traces = {t: {k: run.result(first, t).provider[k] for k in (*PROVIDER_KEYS, "calls_with_usage", "model")}
                        for t in run.traces}
@@ -151,7 +166,14 @@ TOTAL_COLUMNS = (("calls", "calls", ""), ("input_tokens", "input tokens", ""), (
                  ("compression_ratio", "compression (eq. 9)", "ratio"), ("over_limit", "over limit", ""),
                  ("constraint_retention", "constraint retention (eq. 6)", "frac"), ("pair_errors", "pair errors", ""),
                  ("stale_support", "stale support (eq. 7)", ""), ("grounding", "grounding", "frac"),
-                 ("grounding_via_handle", "grounding via handle", "frac"))
+                 ("grounding_via_handle", "grounding via handle", "frac"),
+                 ("grounding_via_record", "grounding via record", "frac"), ("passes", "passes", ""),
+                 ("passes_per_call", "passes per call", "frac"),
+                 ("max_passes_per_call_20", "max passes per call (traces >= 20 calls)", "frac"),
+                 ("input_vs_append", "input vs append", "ratio"), ("cost_vs_append", "cost vs append", "ratio"))
+
+#: traces with at least this many calls must keep passes_per_call <= 0.25 (issue 10 item 3)
+LONG_TRACE_CALLS = 20
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -177,7 +199,7 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         "## Totals",
         "",
     ]
-    rows = [[p] + [_fmt(entry["total"][k], kind) for k, _, kind in TOTAL_COLUMNS] for p, entry in pols.items()]
+    rows = [[p] + [_fmt(entry["total"].get(k), kind) for k, _, kind in TOTAL_COLUMNS] for p, entry in pols.items()]
     lines += _table(["policy"] + [h for _, h, _ in TOTAL_COLUMNS], rows)
     lines += ["", "Supporting detail:", ""]
     rows = [[p, _fmt(e["total"]["superseded_pairs"]), _fmt(e["total"]["stale_support_rate"], "frac"),
@@ -198,6 +220,7 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         header += [f"{p} input", f"{p} reuse", f"{p} over limit"]
     header += [f"{p} compression" for p in pols if p != "append"]
     header += [f"{p} stale" for p in pols] + [f"{p} grounding" for p in pols if p != "append"]
+    header += [f"{p} passes per call" for p in pols if p != "append"]
     header += ["provider prompt_tokens", "provider cost"]
     rows = []
     for t in results["traces"]:
@@ -209,6 +232,7 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         row += [_fmt(e["traces"][t]["compression_ratio"], "ratio") for p, e in pols.items() if p != "append"]
         row += [_fmt(e["traces"][t]["stale_support"]) for e in pols.values()]
         row += [_fmt(e["traces"][t]["grounding"], "frac") for p, e in pols.items() if p != "append"]
+        row += [_fmt(e["traces"][t]["passes_per_call"], "frac") for p, e in pols.items() if p != "append"]
         pv = results["provider"]["traces"][t]
         row += [_fmt(pv["prompt_tokens"]), _fmt(pv["cost"], "usd")]
         rows.append(row)
@@ -324,7 +348,7 @@ def profile_info(profile_name: str) -> dict[str, Any]:
     profile = ProfileRegistry(load_profiles(Settings().profiles_path)).get(profile_name)
     return {"name": profile.name, "model": profile.model, "window": profile.window,
             "output_reserve": profile.output_reserve, "headroom": profile.headroom,
-            "input_limit": profile.budget.input_limit, "low_watermark": profile.low_watermark,
+            "input_limit": profile.budget.input_limit, "low_watermark": profile.low_watermark, "watermarks": profile.watermarks.as_dict(),
             "cache": dict(profile.cache), "prices": dict(profile.prices)}
 
 

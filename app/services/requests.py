@@ -11,6 +11,7 @@ import orjson
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
+from app.domain.compaction.fold import Fold
 from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
@@ -171,12 +172,16 @@ def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: 
     return out
 
 
+POLICIES = ("select", "window")
+
+
 def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
-                     fmt: str = "openai") -> AssembledRequest:
+                     fmt: str = "openai", policy: str = "select") -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
-    with why and representation, elided items with handles and token counts, and
+    with why and representation (``folded``: in the progress record), ``compaction`` (the
+    policy, whether this request ran a pass, the watermarks and the record's size), elided items with handles and token counts, and
     ``cache`` (predicted cached tokens under the profile's cache model, previous request's
     tokens, and where and why the prefix diverged when it did; seed 000 section 4.4.3).
 
@@ -186,9 +191,14 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         (422): the newest turn group cannot fit even bounded; TemplateUnsupported /
         ServerFault (500): the profile's template cannot be counted by zone, or a storage
         invariant broke.
+
+    ``policy``: ``select`` (compaction with a progress record, seed 000 sections 4.5-4.6) or
+    ``window`` (eviction only: the evaluation's baseline); ValueError for another.
     """
     if fmt not in FORMATS:
         raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     row = require_session_row(db, session_id)
     session = repo.session_from_row(row)
     profile = profiles.get(session.profile)
@@ -199,7 +209,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
                                render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
-                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
+                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache),
+                               fold=Fold(profile.watermarks) if policy == "select" else None)
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
         if stored != handle:  # content-addressed: the note must name exactly what is stored
@@ -230,6 +241,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         # once after its POST): elided_tokens then sums the known ones
         "elided_tokens_exact": all(i.get("tokens_known", True) for i in (*assembly.elided, *assembly.items)
                                    if i.get("representation") in ("elided", "head_tail")),
+        "compaction": compaction_report(assembly, policy, profile),
         "layout_warnings": list(assembly.warnings)
         + (anthropic_wire.layout_warnings(assembly.conversation) if fmt == "anthropic" else []),
     }
@@ -241,6 +253,21 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         repo.advance_cut(db, session_id, assembly.cut_seq)
     _observe(profile, fmt, assembly, reuse, elided_tokens, capped_tokens)
     return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
+
+
+def compaction_report(assembly: Assembly, policy: str, profile: Profile) -> dict[str, Any]:
+    """The manifest's ``compaction``: the policy, whether this request ran a pass (the cut
+    moved: groups folded, or evicted under window), the watermarks, and the record's size
+    and fold point (select)."""
+    out: dict[str, Any] = {"policy": policy, "pass": assembly.evicted_now > 0, "groups_folded_now": assembly.evicted_now}
+    if policy == "select":
+        out["watermarks"] = profile.watermarks.as_dict()
+        record = assembly.record
+        if record is not None:
+            out["record"] = {"fold_seq": record.fold_seq, "tokens": record.tokens, "budget": record.budget,
+                             "folded_events": len(record.folded_seqs), "collapsed_groups": record.collapsed,
+                             "contract_version": record.contract_version}
+    return out
 
 
 def _manifest_summary(row: Any) -> dict[str, Any]:

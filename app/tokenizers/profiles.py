@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from app.domain.budget import Budget
+from app.domain.compaction.watermarks import Watermarks
 from app.domain.errors import UnknownProfile
 
 
@@ -25,7 +26,13 @@ class Profile:
     output_reserve: int
     headroom: int
     item_cap_tokens: int
-    low_watermark: int | None = None
+    #: compaction watermarks (seed 000 eq. 3): a pass runs past ``t_hi`` and brings the request
+    #: to at most ``t_lo`` (select); window evicts past ``input_limit`` down to ``t_lo``.
+    #: ``t_lo`` replaces the former ``low_watermark`` (still read as its alias).
+    t_hi: int | None = None
+    t_lo: int | None = None
+    keep_groups: int = 3  # K: the newest turn groups a pass never folds
+    record_tokens: int | None = None  # the progress record's budget (default: the task_state share)
     render_reasoning: bool = False
     #: keyword arguments the serving engine passes to the chat template (vLLM and SGLang
     #: ``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking = false``): rendered in the
@@ -42,8 +49,29 @@ class Profile:
             output_reserve=self.output_reserve,
             headroom=self.headroom,
             shares=dict(self.shares),
-            low_watermark=self.low_watermark,
+            low_watermark=self.t_lo,
         )
+
+    @property
+    def low_watermark(self) -> int | None:
+        """The window policy's eviction target: ``t_lo`` (its former name)."""
+        return self.t_lo
+
+    @property
+    def watermarks(self) -> Watermarks:
+        """The select policy's compaction settings (eq. 3). Defaults: ``t_hi`` = half of
+        ``input_limit``, ``t_lo`` = 60% of ``t_hi``, the record budget = the task_state
+        share (or a tenth of ``input_limit``); without ``t_hi``, a ``t_lo`` of half the limit
+        or more (a legacy ``low_watermark``) takes ``t_hi = input_limit``. Raises ValueError on settings breaking
+        ``0 < t_lo < t_hi <= input_limit``."""
+        limit = self.budget.input_limit
+        t_hi = self.t_hi
+        if t_hi is None:  # half the limit, or all of it above a legacy low watermark past half
+            t_hi = limit // 2 if self.t_lo is None or self.t_lo < limit // 2 else limit
+        t_lo = self.t_lo if self.t_lo is not None else int(t_hi * 0.6)
+        record = self.record_tokens if self.record_tokens is not None else \
+            (self.budget.role_limits()["task_state"] or limit // 10)
+        return Watermarks(t_hi=t_hi, t_lo=t_lo, keep_groups=self.keep_groups, record_tokens=record).check(limit)
 
 
 RENDER_CACHES = ("native", "placeholders", "none")  # app/tokenizers/hf.py
@@ -70,7 +98,10 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             output_reserve=int(raw["output_reserve"]),
             headroom=int(raw.get("headroom", 0)),
             item_cap_tokens=int(raw.get("item_cap_tokens", 2048)),
-            low_watermark=int(raw["low_watermark"]) if raw.get("low_watermark") else None,
+            t_hi=int(raw["t_hi"]) if raw.get("t_hi") else None,
+            t_lo=int(raw.get("t_lo") or raw.get("low_watermark") or 0) or None,
+            keep_groups=int(raw.get("keep_groups", 3)),
+            record_tokens=int(raw["record_tokens"]) if raw.get("record_tokens") else None,
             render_reasoning=bool(raw.get("render_reasoning", False)),
             chat_template_kwargs=_template_kwargs(raw.get("chat_template_kwargs", {}), raw["tokenizer"]),
             shares=dict(raw.get("shares", {})),
@@ -78,6 +109,7 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             prices=dict(raw.get("prices", {})),
         )
         profile.budget  # validates eq. 1 sizes
+        profile.watermarks  # validates eq. 3
         render_cache = profile.tokenizer.get("render_cache", "none")
         if render_cache not in RENDER_CACHES:
             raise ValueError(f"tokenizer.render_cache {render_cache!r} is not one of {', '.join(RENDER_CACHES)}")

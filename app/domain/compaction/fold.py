@@ -1,0 +1,84 @@
+"""The select policy's compaction pass: which turn groups a pass may fold, and the trunk it
+writes (seed 000 sections 4.5.3 and 4.6; issue 10 items 2, 3 and 5).
+
+:func:`app.domain.assembly.assemble_window` lays out the request; with a :class:`Fold` it
+compacts instead of evicting:
+
+* trigger: a pass runs when the request (with the leaf as it stands) would exceed
+  ``T_hi``, not ``input_limit``;
+* fold point: the pass folds every turn group older than the newest ``K``
+  (:func:`fold_bounds`), and while the request still exceeds ``T_lo`` it folds one more
+  (K shrinks, down to the newest group, which is then bounded as a whole, issue 5);
+* trunk: the task contract and the progress record of everything folded
+  (:func:`app.domain.compaction.record.build_record`), instead of the elision note; the
+  record changes only when the fold point moves, so between passes the trunk is stable and
+  the leaf only grows (eq. 4);
+* never folded: the newest user message, a group whose calls still await results (its
+  record entry would change when they arrive), the newest K groups;
+* checked (item 5): after choosing the fold point, ``check`` (the protected-field check)
+  runs on the request texts; a fold point that loses a protected field of a folded event is
+  rejected and the pass keeps the larger raw slice (one group fewer folded, down to the
+  previous fold point).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.domain.compaction.record import ProgressRecord, build_record, render_record
+from app.domain.compaction.watermarks import Watermarks
+from app.domain.types import Contract, Event, TurnGroup
+
+__all__ = ["Fold", "ProtectedCheck", "fold_bounds", "fold_record"]
+
+#: ``check(folded_events, contract, texts) -> findings``: the protected fields of the folded
+#: events (and the contract) that ``texts`` (the request's trunk and leaf texts) lose or
+#: alter; empty when none is lost (issue 10 item 5).
+ProtectedCheck = Callable[[Sequence[Event], Contract, Sequence[str]], Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Compaction settings of the select policy: the watermarks (eq. 3), and the
+    protected-field check run on every pass (None: no check)."""
+
+    watermarks: Watermarks
+    check: ProtectedCheck | None = None
+
+
+def fold_bounds(groups: Sequence[TurnGroup], *, newest: int, first_kept: int, keep_groups: int) -> tuple[int, int]:
+    """``(lo, hi)``: the range of the first kept group's index ``k`` a pass may choose
+    (groups before ``k`` are folded). ``lo = max(first_kept + 1, newest + 1 - K)``: fold
+    at least one group, keep the newest ``K``; ``hi``: at most the newest group, the newest
+    user message's group, and the first group with a call awaiting its result. ``lo > hi``
+    means no pass is possible within those rules."""
+    hi = newest
+    for i, group in enumerate(groups):
+        if group.pending and i < hi:
+            hi = i
+            break
+    users = [i for i, g in enumerate(groups) if g.message.role == "user"]
+    if users:
+        hi = min(hi, users[-1])
+    return max(first_kept + 1, newest + 1 - keep_groups), hi
+
+
+def fold_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], k: int, *,
+                watermarks: Watermarks, count: Callable[[str], int],
+                memo: MutableMapping[Any, Any] | None = None) -> tuple[ProgressRecord, str]:
+    """The progress record with the groups before index ``k`` folded, and the trunk text
+    (contract + record). Memoized in ``memo`` by fold point and budget (a function of the
+    events before the fold point, which no later event changes)."""
+    fold_seq = groups[k].first_seq if k < len(groups) else (max((e.seq for e in events), default=0) + 1)
+    key = ("progress_record", fold_seq, watermarks.record_tokens, contract)
+    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
+    hit = cache.get(key)
+    if hit is None:
+        record = build_record(contract, events, groups, fold_seq=fold_seq if k > 0 else 0,
+                              budget_tokens=watermarks.record_tokens, count=count, memo=memo)
+        hit = cache[key] = (record, render_record(record))
+    return hit

@@ -1,0 +1,410 @@
+"""The progress record: what a compaction pass folds the leaf's older turn groups into
+(seed 000 section 4.6, table 7; issue 10 item 4).
+
+Built deterministically from the raw event log at every pass, never from the previous
+record: :func:`build_record` is a pure function of the task contract, the events before
+the fold point (``fold_seq``: the first event still verbatim in the leaf) and the record's
+budget. So the record changes only when the fold point moves (a pass), and every event
+before the fold point is folded into it, listed by seq (the lineage invariant, item 7).
+
+Fields (table 7):
+
+* task and constraints: copied from the contract (never from a model), verbatim;
+* artifact identities: ``path@rN`` from the read bindings and writes folded;
+* supported observations: what the folded tool results showed, each citing its event seqs
+  and its scope (the artifact revision it read; run conditions);
+* hypotheses and unresolved obligations: the current value of each key (a later event of
+  the same key supersedes an earlier one);
+* the next bounded step (the latest step event folded);
+* the handles of everything folded: one entry per folded turn group, or, past the
+  record's budget, coarser entries (a range of groups on one line naming the index
+  payload that lists their handles), oldest first.
+
+The record names the ``contract_version`` it was built against. Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from app.domain.compaction.digest import tool_digest
+from app.domain.compaction.lineage import SHORT_HANDLE, cut_line
+from app.domain.layout import render_contract
+from app.domain.types import (
+    ArtifactWriteEvent,
+    Constraint,
+    Contract,
+    Event,
+    StepEvent,
+    ToolResultEvent,
+    TurnGroup,
+)
+
+__all__ = ["ArtifactIdentity", "FoldedEntry", "Note", "Observation", "ProgressRecord", "build_record",
+           "call_text", "render_record"]
+
+COMMAND_CHARS: Final = 160  # characters of a command an entry shows (cut with a marker beyond)
+KEY_LINE_CHARS: Final = 160
+KEY_LINES: Final = 3  # key lines an observation of a failed or failing result shows
+RECORD_VERSION: Final = 1
+
+
+@dataclass(frozen=True)
+class ArtifactIdentity:
+    """``path@r{revision}`` as of the fold point; ``seq``: the last folded event that read
+    or wrote it; ``written``: whether a folded write produced this revision."""
+
+    path: str
+    revision: int
+    seq: int
+    written: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "revision": self.revision, "seq": self.seq, "written": self.written}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One folded tool result as the record states it: the call's command, exit status,
+    size, scope (``artifact@rN`` it read, when bound) and key lines (raw line number, text),
+    citing its event seqs (the call's message and the result) and its handle."""
+
+    seqs: tuple[int, ...]
+    command: str
+    exit_code: int | None
+    bytes: int
+    lines: int
+    handle: str
+    scope: str | None = None
+    conditions: tuple[tuple[str, str], ...] = ()
+    key_lines: tuple[tuple[int, str], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seqs": list(self.seqs), "command": self.command, "exit_code": self.exit_code, "bytes": self.bytes,
+                "lines": self.lines, "handle": self.handle, "scope": self.scope,
+                "conditions": dict(self.conditions), "key_lines": [list(k) for k in self.key_lines]}
+
+
+@dataclass(frozen=True)
+class Note:
+    """A hypothesis or obligation as of the fold point (its latest event by key)."""
+
+    kind: str
+    key: str
+    text: str
+    status: str
+    seq: int
+    depends_on: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "key": self.key, "text": self.text, "status": self.status, "seq": self.seq,
+                "depends_on": list(self.depends_on)}
+
+
+@dataclass(frozen=True)
+class FoldedEntry:
+    """Folded turn groups as the record lists them: one group (``groups == 1``, its
+    observations in full) or a coarse range of groups on one line (``index``: the handle
+    of the payload listing their turn and result handles). ``seqs``: every folded event
+    of the entry (messages and results)."""
+
+    first_seq: int
+    last_seq: int
+    groups: int
+    seqs: tuple[int, ...]
+    observations: tuple[Observation, ...] = ()
+    turn_handles: tuple[str, ...] = ()
+    index: str | None = None
+    summary: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"first_seq": self.first_seq, "last_seq": self.last_seq, "groups": self.groups, "seqs": list(self.seqs),
+                "observations": [o.as_dict() for o in self.observations], "turn_handles": list(self.turn_handles),
+                "index": self.index, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class ProgressRecord:
+    """Table 7 as a typed value (module docstring). ``fold_seq``: the first event not
+    folded (0 when nothing is); ``folded_seqs``: every event folded into the record
+    (groups, writes, steps, notes); ``tokens``: its rendered text's tokens (profile
+    tokenizer) and ``budget`` the record budget it was built within; ``collapsed``: how
+    many of the oldest folded groups share coarse entries."""
+
+    contract_version: int
+    goal: str
+    constraints: tuple[Constraint, ...]
+    fold_seq: int
+    artifacts: tuple[ArtifactIdentity, ...] = ()
+    observations: tuple[Observation, ...] = ()
+    hypotheses: tuple[Note, ...] = ()
+    obligations: tuple[Note, ...] = ()
+    next_step: tuple[int, str] | None = None
+    folded: tuple[FoldedEntry, ...] = ()
+    folded_seqs: tuple[int, ...] = ()
+    collapsed: int = 0
+    tokens: int = 0
+    budget: int = 0
+    index_payloads: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (``GET /v1/sessions/{id}/record``)."""
+        return {
+            "version": RECORD_VERSION,
+            "contract_version": self.contract_version,
+            "task": {"goal": self.goal, "constraints": [{"id": c.id, "text": c.text} for c in self.constraints]},
+            "fold_seq": self.fold_seq,
+            "artifacts": [a.as_dict() for a in self.artifacts],
+            "observations": [o.as_dict() for o in self.observations],
+            "hypotheses": [h.as_dict() for h in self.hypotheses],
+            "obligations": [o.as_dict() for o in self.obligations],
+            "next_step": {"seq": self.next_step[0], "text": self.next_step[1]} if self.next_step else None,
+            "folded": [e.as_dict() for e in self.folded],
+            "folded_seqs": list(self.folded_seqs),
+            "collapsed_groups": self.collapsed,
+            "tokens": self.tokens,
+            "budget": self.budget,
+        }
+
+
+# --------------------------------------------------------------------------- building
+
+
+def call_text(arguments: str) -> str:
+    """What a tool call ran, for the record: the ``command`` of a JSON object's arguments
+    (the bash tool's shape), else the arguments text itself, whitespace runs joined."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("command"), str):
+        return value["command"]
+    return arguments
+
+
+def _one_line(text: str, limit: int) -> str:
+    return cut_line(" ".join(text.split()), limit)
+
+
+def _observation(group: TurnGroup, result: ToolResultEvent) -> Observation:
+    call = next((c for c in group.message.tool_calls if c.call_id == result.call_id), None)
+    command = call_text(call.arguments) if call is not None else ""
+    exception = result.conditions.get("exception_info") if result.conditions else None
+    digest = tool_digest(result.payload, command=command, exit_code=result.exit_code,
+                         exception=str(exception) if exception else None, max_key_lines=KEY_LINES,
+                         max_line_chars=KEY_LINE_CHARS)
+    failing = result.exit_code not in (0, None) or bool(exception)
+    keys = digest.key_lines if failing or any(_failure_line(t) for _, t in digest.key_lines) else ()
+    scope = None
+    if result.binding is not None:
+        scope = f"{result.binding.artifact}@r{result.binding.revision}"
+    conditions = tuple(sorted((str(k), _one_line(str(v), KEY_LINE_CHARS)) for k, v in (result.conditions or {}).items()
+                              if k != "reads" and v))
+    return Observation(seqs=(group.message.seq, result.seq), command=_one_line(command, COMMAND_CHARS),
+                       exit_code=result.exit_code, bytes=digest.bytes, lines=digest.lines, handle=result.handle,
+                       scope=scope, conditions=conditions,
+                       key_lines=tuple((n, _one_line(t, KEY_LINE_CHARS)) for n, t in keys))
+
+
+def _failure_line(text: str) -> bool:
+    lowered = text.lower()
+    return "failed" in lowered or "error" in lowered or "assert" in lowered
+
+
+def _artifacts(events: Sequence[Event]) -> tuple[ArtifactIdentity, ...]:
+    """``path@rN`` of every artifact the folded events read or wrote: the revision after
+    the last folded write (reads count revisions as ingestion numbers them)."""
+    seen: dict[str, ArtifactIdentity] = {}
+    for event in events:
+        if isinstance(event, ArtifactWriteEvent):
+            seen[event.artifact] = ArtifactIdentity(event.artifact, event.revision, event.seq, written=True)
+        elif isinstance(event, ToolResultEvent):
+            reads = [event.binding] if event.binding is not None else []
+            for binding in reads:
+                old = seen.get(binding.artifact)
+                if old is None or binding.revision >= old.revision:
+                    seen[binding.artifact] = ArtifactIdentity(binding.artifact, binding.revision, event.seq,
+                                                              written=old is not None and old.written
+                                                              and old.revision == binding.revision)
+    return tuple(sorted(seen.values(), key=lambda a: a.path))
+
+
+def _notes(events: Sequence[Event]) -> tuple[tuple[Note, ...], tuple[Note, ...]]:
+    """Current hypotheses and obligations by key (a later event of a key supersedes)."""
+    latest: dict[tuple[str, str], Note] = {}
+    for event in events:
+        kind = getattr(event, "kind", "")
+        if kind in ("hypothesis", "obligation"):
+            note = Note(kind=kind, key=str(getattr(event, "key")), text=str(getattr(event, "text")),
+                        status=str(getattr(event, "status")), seq=event.seq,
+                        depends_on=tuple(getattr(event, "depends_on", ()) or ()))
+            latest[(kind, note.key)] = note
+    notes = sorted(latest.values(), key=lambda n: n.seq)
+    return (tuple(n for n in notes if n.kind == "hypothesis"), tuple(n for n in notes if n.kind == "obligation"))
+
+
+def _group_entry(group: TurnGroup) -> FoldedEntry:
+    observations = tuple(_observation(group, r) for r in group.results)
+    return FoldedEntry(first_seq=group.first_seq, last_seq=max(group.seqs), groups=1, seqs=group.seqs,
+                       observations=observations, turn_handles=(group.message.handle,))
+
+
+def _range_entry(groups: Sequence[TurnGroup], entries: Sequence[FoldedEntry], index: str) -> FoldedEntry:
+    """One line for several groups: how many, what commands ran (first word, counts),
+    every non-zero exit status with its seq, and the index payload naming their handles."""
+    programs: dict[str, int] = {}
+    failures: list[str] = []
+    for entry in entries:
+        for o in entry.observations:
+            words = o.command.split()
+            name = next((w for w in words if w not in ("cd", "&&", "-c") and not w.startswith("/testbed")), "?")
+            programs[name] = programs.get(name, 0) + 1
+            if o.exit_code not in (0, None):
+                failures.append(f"seq {o.seqs[-1]} exit {o.exit_code}")
+    top = sorted(programs.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
+    ran = ", ".join(f"{k} x{v}" for k, v in top) + (", ..." if len(programs) > len(top) else "")
+    status = ("exit 0 except " + ", ".join(failures)) if failures else "all exit 0 or no exit code"
+    seqs = tuple(s for e in entries for s in e.seqs)
+    summary = f"{len(groups)} turn groups ({ran}); {status}"
+    return FoldedEntry(first_seq=entries[0].first_seq, last_seq=entries[-1].last_seq, groups=len(groups), seqs=seqs,
+                       observations=tuple(o for e in entries for o in e.observations),
+                       turn_handles=tuple(h for e in entries for h in e.turn_handles), index=index, summary=summary)
+
+
+def _index_payload(groups: Sequence[TurnGroup]) -> bytes:
+    """Canonical JSON listing each group's turn handle and each call's command, result
+    handle, exit code (the index a coarse entry names)."""
+    out = []
+    for group in groups:
+        results = {r.call_id: r for r in group.results}
+        out.append({"seq": group.message.seq, "turn": group.message.handle,
+                    "calls": [{"call_id": c.call_id, "command": call_text(c.arguments),
+                               "result": results[c.call_id].handle, "result_seq": results[c.call_id].seq,
+                               "exit_code": results[c.call_id].exit_code}
+                              for c in group.message.tool_calls if c.call_id in results]})
+    return json.dumps(out, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], *, fold_seq: int,
+                 budget_tokens: int, count: Callable[[str], int],
+                 memo: MutableMapping[Any, Any] | None = None) -> ProgressRecord:
+    """The progress record of the events before ``fold_seq`` (module docstring).
+
+    ``groups``: the session's turn groups in seq order (those starting before ``fold_seq``
+    are folded); ``events``: the session's events (those before ``fold_seq`` are folded);
+    ``count(text)``: tokens of a text on the profile's tokenizer; ``budget_tokens``: the
+    record's own budget. The rendered record (:func:`render_record`, contract excluded:
+    the contract is pinned whatever the budget) stays within the budget by collapsing the
+    oldest per-group entries into one coarse entry, oldest first; if even the coarse entry
+    alone leaves it over, it is kept over (the coarse entry is the floor). Deterministic.
+    ``memo``: an optional mapping kept across calls (the session's leaf cache) holding each
+    group's entry, so a pass digests only the groups it newly folds.
+    """
+    folded_groups = [g for g in groups if g.first_seq < fold_seq]
+    grouped = {s for g in folded_groups for s in g.seqs}
+    earlier = [e for e in events if e.seq < fold_seq]
+    step = next((e for e in reversed(earlier) if isinstance(e, StepEvent)), None)
+    hypotheses, obligations = _notes(earlier)
+    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
+    entries = []
+    for g in folded_groups:
+        key = ("record_entry", g.message.seq, g.message.handle, tuple((r.seq, r.handle) for r in g.results))
+        entry = cache.get(key)
+        if entry is None:
+            entry = cache[key] = _group_entry(g)
+        entries.append(entry)
+    base = ProgressRecord(
+        contract_version=contract.contract_version, goal=contract.goal, constraints=contract.constraints,
+        fold_seq=fold_seq, artifacts=_artifacts(earlier), hypotheses=hypotheses, obligations=obligations,
+        next_step=(step.seq, step.text) if step is not None else None, budget=budget_tokens,
+        # every event of a folded group, and every other event before the fold point (writes,
+        # steps, notes): messages and results before it all belong to folded groups
+        folded_seqs=tuple(sorted(grouped | {e.seq for e in earlier if e.kind not in ("message", "tool_result")})),
+    )
+
+    def with_collapsed(m: int) -> ProgressRecord:
+        if m <= 1:
+            folded, index = tuple(entries), {}
+        else:
+            payload = _index_payload(folded_groups[:m])
+            handle = hashlib.sha256(payload).hexdigest()
+            folded = (_range_entry(folded_groups[:m], entries[:m], handle), *entries[m:])
+            index = {handle: payload}
+        observations = tuple(o for e in folded for o in e.observations if e.groups == 1)
+        return _replace(base, folded=folded, observations=observations, collapsed=m if m > 1 else 0,
+                        index_payloads=index)
+
+    def tokens(record: ProgressRecord) -> int:
+        return count(render_record(record, with_contract=False))
+
+    record = with_collapsed(0)
+    size = tokens(record)
+    if size > budget_tokens and len(entries) > 1:
+        lo, hi = 2, len(entries)  # smallest m (oldest groups collapsed) that fits; tokens fall as m grows
+        best = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            candidate = with_collapsed(mid)
+            n = tokens(candidate)
+            if n <= budget_tokens:
+                best, hi = (candidate, n), mid - 1
+            else:
+                lo = mid + 1
+        record, size = best if best is not None else (with_collapsed(len(entries)), tokens(with_collapsed(len(entries))))
+    return _replace(record, tokens=size)
+
+
+def _replace(record: ProgressRecord, **changes: Any) -> ProgressRecord:
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _observation_line(o: Observation) -> str:
+    exit_part = f"exit {o.exit_code}" if o.exit_code is not None else "no exit code"
+    scope = f" at {o.scope}" if o.scope else ""
+    conditions = "".join(f"; {k}: {v}" for k, v in o.conditions)
+    line = (f"- seq {o.seqs[-1]} `{o.command}` -> {exit_part}{scope}, {o.lines:,} lines, {o.bytes:,} bytes, "
+            f"handle {o.handle[:SHORT_HANDLE]}{conditions}")
+    return line + "".join(f"\n    L{n}: {t}" for n, t in o.key_lines)
+
+
+def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
+    """The record as trunk text: the task contract (verbatim, with its version), then the
+    record's sections; sections without content are left out. ``with_contract=False``
+    renders the record's own part only (what its budget bounds)."""
+    parts: list[str] = [render_contract(Contract(record.goal, record.constraints, record.contract_version))] \
+        if with_contract else []
+    if not (record.folded or record.artifacts or record.hypotheses or record.obligations or record.next_step):
+        return "\n".join(parts)
+    last = max(record.folded_seqs) if record.folded_seqs else 0
+    lines = ["# Progress record",
+             f"Built by ctxd from the event log, events seq 1-{last} (contract version {record.contract_version}). "
+             "Every folded output is whole behind its handle: GET /v1/handles/<handle> (prefixes accepted)."]
+    if record.artifacts:
+        lines += ["", "## Artifacts (path@revision as of the fold)"]
+        lines.append(", ".join(f"{a.path}@r{a.revision}" + (" (written)" if a.written else "") for a in record.artifacts))
+    if record.hypotheses:
+        lines += ["", "## Hypotheses"] + [f"- [{h.key}] ({h.status}, seq {h.seq}) {h.text}" for h in record.hypotheses]
+    if record.obligations:
+        lines += ["", "## Unresolved obligations"] + [f"- [{o.key}] ({o.status}, seq {o.seq}) {o.text}"
+                                                      for o in record.obligations]
+    if record.folded:
+        lines += ["", "## Observations of the folded turns (command -> exit status, scope, size, handle)"]
+        for entry in record.folded:
+            if entry.groups > 1:
+                lines.append(f"- seq {entry.first_seq}-{entry.last_seq}: {entry.summary}; turn and result handles "
+                             f"in index {entry.index[:SHORT_HANDLE] if entry.index else '-'}")
+            else:
+                lines.extend(_observation_line(o) for o in entry.observations)
+    if record.next_step:
+        lines += ["", "## Next bounded step (as of the fold)", f"(seq {record.next_step[0]}) {record.next_step[1]}"]
+    parts.append("\n".join(lines))
+    return "\n\n".join(parts)
