@@ -177,7 +177,35 @@ class StepIn(Strict):
     text: Annotated[str, Field(min_length=1)]
 
 
-EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn], Field(discriminator="kind")]
+NoteKey = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+
+
+class HypothesisIn(Strict):
+    """A diagnosis (table 7 "Hypotheses"); a later hypothesis with the same ``key``
+    supersedes it. ``status``: working | supported | refuted. ``depends_on``: seqs of
+    existing earlier events of the session (else 422)."""
+
+    event_id: EventId
+    kind: Literal["hypothesis"]
+    key: NoteKey
+    text: Annotated[str, Field(min_length=1)]
+    status: Literal["working", "supported", "refuted"] = "working"
+    depends_on: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=1000)] = Field(default_factory=list)
+
+
+class ObligationIn(Strict):
+    """Work still owed (table 7 "Unresolved obligations"); a later obligation with the same
+    ``key`` supersedes it. ``status``: open | done | dropped."""
+
+    event_id: EventId
+    kind: Literal["obligation"]
+    key: NoteKey
+    text: Annotated[str, Field(min_length=1)]
+    status: Literal["open", "done", "dropped"] = "open"
+
+
+EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn, HypothesisIn, ObligationIn],
+                    Field(discriminator="kind")]
 
 
 class EventBatch(Strict):

@@ -31,6 +31,7 @@ from app.domain.layout import (
     render_contract,
     tool_arguments,
 )
+from app.domain.notes import note_items
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
@@ -44,6 +45,7 @@ from app.domain.types import (
 )
 
 _SEQ = attrgetter("seq")
+
 SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the API resolves prefixes)
 
 
@@ -115,8 +117,10 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
                 got[index][event.call_id] = event
         elif isinstance(event, StepEvent):
             step = event
-        else:
+        elif isinstance(event, ArtifactWriteEvent):
             writes.append(event)
+        # hypothesis and obligation events are not rendered in the leaf (README "Hypotheses
+        # and obligations"): the progress record carries their current values
     out = []
     for message, results in zip(messages, got):
         if not message.tool_calls:
@@ -717,6 +721,7 @@ def assemble_window(
             continue
         items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
                       "representation": "not_rendered", "why": f"artifact revision bookkeeping ({write.artifact} r{write.revision})"})
+    items.extend(note_items(events))
     if step is not None:
         items.append({"seq": step.seq, "event_id": step.event_id, "kind": "step", "zone": "leaf",
                       "representation": "verbatim", "why": "the next bounded step, last in the leaf"})

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
-EventKind = Literal["message", "tool_result", "artifact_write", "step"]
+EventKind = Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation"]
+HypothesisStatus = Literal["working", "supported", "refuted"]
+ObligationStatus = Literal["open", "done", "dropped"]
+HYPOTHESIS_STATUSES: tuple[str, ...] = ("working", "supported", "refuted")
+OBLIGATION_STATUSES: tuple[str, ...] = ("open", "done", "dropped")
 Zone = Literal["root", "trunk", "leaf"]
 ZONES: tuple[Zone, ...] = ("root", "trunk", "leaf")
 BUDGET_ROLES: tuple[str, ...] = ("system", "tools", "task_state", "observations")
@@ -103,7 +107,42 @@ class StepEvent:
     kind: Literal["step"] = "step"
 
 
-Event = MessageEvent | ToolResultEvent | ArtifactWriteEvent | StepEvent
+@dataclass(frozen=True)
+class HypothesisEvent:
+    """A diagnosis the agent holds (seed 000 section 4.6.1, table 7 "Hypotheses"): a model's
+    proposal, never a verified fact. ``key`` names it: a later hypothesis event with the
+    same key supersedes this one (:func:`app.domain.notes.current_notes`). ``status``:
+    ``working`` (held, not settled), ``supported`` (a logged check backs it),
+    ``refuted`` (a logged check contradicts it; kept so the agent does not retry it).
+    ``depends_on``: seqs of earlier events (observations, other hypotheses) it rests on;
+    ingestion checks each names an existing earlier event."""
+
+    seq: int
+    event_id: str
+    key: str
+    text: str
+    status: HypothesisStatus
+    depends_on: tuple[int, ...] = ()
+    kind: Literal["hypothesis"] = "hypothesis"
+
+
+@dataclass(frozen=True)
+class ObligationEvent:
+    """Work the task still owes (table 7 "Unresolved obligations"), e.g. "run the broader
+    regression suite on the patched revision". ``status``: ``open`` (still owed), ``done``
+    (discharged), ``dropped`` (no longer owed, e.g. the contract changed). A later event
+    with the same ``key`` supersedes this one."""
+
+    seq: int
+    event_id: str
+    key: str
+    text: str
+    status: ObligationStatus
+    kind: Literal["obligation"] = "obligation"
+
+
+NoteEvent = HypothesisEvent | ObligationEvent
+Event = MessageEvent | ToolResultEvent | ArtifactWriteEvent | StepEvent | HypothesisEvent | ObligationEvent
 
 
 @dataclass(frozen=True)

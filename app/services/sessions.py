@@ -101,7 +101,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
         SessionNotFound: no such session (404).
         EventConflict: an event_id reused with a different body (409).
         InvalidEvent: a tool_result whose call_id names no earlier tool call of the session,
-            a second result for one call, or a reused call id (422).
+            a second result for one call, or a reused call id; a hypothesis whose
+            ``depends_on`` names a seq that is not an earlier event of the session (422).
         PayloadTooLarge: a new event's payload over ``max_payload_bytes`` (413).
     """
     row = require_session_row(db, session_id, lock=True)
@@ -164,6 +165,12 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"])
             body["revision"] = revision
+        elif kind == "hypothesis":
+            # seqs are dense (1..last_seq), so an existing earlier event is 1 <= s <= seq
+            unknown = sorted({s for s in body.get("depends_on") or [] if not 1 <= s <= seq})
+            if unknown:
+                raise InvalidEvent(f"event {index} ({event_id!r}): depends_on {unknown} names no earlier event of this "
+                                   f"session (earlier seqs are 1..{seq})", depends_on=unknown, **where)
         seq += 1
         repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
         seen[event_id] = (digest, {"seq": seq, "revision": revision})

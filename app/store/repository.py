@@ -16,7 +16,9 @@ from app.domain.types import (
     Constraint,
     Contract,
     Event,
+    HypothesisEvent,
     MessageEvent,
+    ObligationEvent,
     Session,
     StepEvent,
     ToolCall,
@@ -252,6 +254,12 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
                                   revision=body["revision"], content_hash=body.get("content_hash"))
+    if row.kind == "hypothesis":
+        return HypothesisEvent(seq=row.seq, event_id=row.event_id, key=body["key"], text=body["text"],
+                               status=body["status"], depends_on=tuple(body.get("depends_on") or ()))
+    if row.kind == "obligation":
+        return ObligationEvent(seq=row.seq, event_id=row.event_id, key=body["key"], text=body["text"],
+                               status=body["status"])
     return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
 
 

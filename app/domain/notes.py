@@ -1,0 +1,84 @@
+"""Hypotheses and obligations: the agent's keyed notes (seed 000 section 4.6.1, table 7
+rows "Hypotheses" and "Unresolved obligations"; issue 10 item 4).
+
+An agent POSTs ``hypothesis`` {key, text, status, depends_on} and ``obligation`` {key,
+text, status} events. Keys live in two namespaces (a hypothesis ``h1`` and an obligation
+``h1`` are different notes). The value of a key is its latest event (highest seq): a later
+event with the same key supersedes the earlier one, which stays in the log (and is listed
+in :attr:`Notes.superseded`) but is never shown as current.
+
+Statuses (chosen so a record can tell verified from proposed, section 4.6.1):
+
+* hypothesis: ``working`` (held, unsettled), ``supported`` (a logged check backs it),
+  ``refuted`` (a logged check contradicts it: kept so the agent does not chase it again);
+* obligation: ``open`` (still owed), ``done`` (discharged), ``dropped`` (no longer owed).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.domain.types import Event, HypothesisEvent, ObligationEvent
+
+__all__ = ["Notes", "current_notes", "note_items"]
+
+
+@dataclass(frozen=True)
+class Notes:
+    """The current value per key, in order of first appearance of the key.
+
+    ``hypotheses`` / ``obligations``: the latest event of each key; ``superseded``: seqs of
+    the note events a later event of the same key replaced (ascending)."""
+
+    hypotheses: tuple[HypothesisEvent, ...] = ()
+    obligations: tuple[ObligationEvent, ...] = ()
+    superseded: tuple[int, ...] = ()
+
+    def hypothesis(self, key: str) -> HypothesisEvent | None:
+        return next((h for h in self.hypotheses if h.key == key), None)
+
+    def obligation(self, key: str) -> ObligationEvent | None:
+        return next((o for o in self.obligations if o.key == key), None)
+
+    @property
+    def open_obligations(self) -> tuple[ObligationEvent, ...]:
+        return tuple(o for o in self.obligations if o.status == "open")
+
+
+def current_notes(events: Iterable[Event]) -> Notes:
+    """The current hypothesis and obligation per key of ``events`` (any order; other kinds
+    are ignored). O(len(events)); pure; raises nothing."""
+    hyps: dict[str, HypothesisEvent] = {}
+    obls: dict[str, ObligationEvent] = {}
+    superseded: list[int] = []
+    for event in sorted((e for e in events if isinstance(e, (HypothesisEvent, ObligationEvent))),
+                        key=lambda e: e.seq):
+        table: dict[str, HypothesisEvent] | dict[str, ObligationEvent] = \
+            hyps if isinstance(event, HypothesisEvent) else obls
+        old = table.get(event.key)
+        if old is not None:
+            superseded.append(old.seq)
+        table[event.key] = event  # type: ignore[assignment]  # same kind as the table
+    # dicts keep the first insertion position of a key when its value is replaced
+    return Notes(hypotheses=tuple(hyps.values()), obligations=tuple(obls.values()), superseded=tuple(sorted(superseded)))
+
+
+def note_items(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """Manifest entries (``{seq, event_id, kind, zone: None, representation, why}``) of the
+    hypothesis and obligation events of ``events``: they are not rendered in the leaf; the
+    current value of each key is for the progress record (``not_rendered`` until a pass
+    folds it), the others are ``superseded`` by a later event of the same key."""
+    superseded = set(current_notes(events).superseded)
+    out: list[dict[str, Any]] = []
+    for event in events:
+        if isinstance(event, (HypothesisEvent, ObligationEvent)):
+            current = event.seq not in superseded
+            out.append({"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "zone": None,
+                        "representation": "not_rendered" if current else "superseded",
+                        "why": (f"{event.kind} {event.key!r} ({event.status}): current value, for the progress record"
+                                if current else f"a later {event.kind} with key {event.key!r} replaced it")})
+    return out
