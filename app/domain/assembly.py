@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
-from app.domain.compaction.fold import Fold, fold_bounds, fold_record
+from app.domain.compaction.fold import Fold, check_pass, fold_bounds, fold_record
 from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
@@ -590,6 +590,8 @@ def assemble_window(
 
     derived_by_k: dict[int, dict[str, bytes]] = {}
     records: dict[int, ProgressRecord] = {}
+    rejected: list[tuple[int, tuple[Any, ...]]] = []  # (fold point, findings) of passes rejected by the check
+    warnings_extra: list[str] = []
 
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
         kept = leaf_groups[k:] if newest_messages is None else \
@@ -634,6 +636,22 @@ def assemble_window(
         while measurement.total > budget.input_limit and k < newest:
             k += 1
             conversation, measurement = build(k)
+        if fold is not None and k > first_kept:
+            # item 5: a fold point whose record loses or alters a protected field of what it
+            # folds is rejected; the pass keeps the larger raw slice (one group fewer folded)
+            findings = check_pass(fold, records[k], events, session.contract, conversation.trunk)
+            while findings:
+                rejected.append((groups[k].first_seq if k < len(groups) else 0, tuple(findings)))
+                if k - 1 <= first_kept:
+                    break
+                conv, meas = build(k - 1)
+                if meas.total > budget.input_limit:
+                    break
+                k, conversation, measurement = k - 1, conv, meas
+                findings = check_pass(fold, records[k], events, session.contract, conversation.trunk)
+            if findings:  # no smaller fold keeps them within input_limit: served, and said so
+                warnings_extra.append(f"the pass at fold point seq {groups[k].first_seq if k < len(groups) else 0} "
+                                      f"loses protected fields: {'; '.join(str(f) for f in findings)[:2000]}")
         if measurement.total > budget.input_limit and groups:
             group = groups[newest]
 
@@ -734,7 +752,10 @@ def assemble_window(
         if entry["seq"] in neutralised:
             entry["transforms"] = [neutralise_transform(neutralised[entry["seq"]])]
     items.sort(key=lambda e: e["seq"])
-    warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
+    warnings = list(measurement.warnings) + call_warnings(session, groups[k:]) + warnings_extra
+    warnings += [f"pass rejected at fold point seq {seq}: {len(found)} protected fields lost or altered "
+                 f"({'; '.join(sorted({str(getattr(f, 'field', f)) for f in found}))[:500]}); kept the larger raw slice"
+                 for seq, found in rejected]
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")

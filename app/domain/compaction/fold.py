@@ -29,11 +29,12 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.compaction.evidence import Finding, check_protected, protected_inventory
 from app.domain.compaction.record import ProgressRecord, build_record, render_record
 from app.domain.compaction.watermarks import Watermarks
 from app.domain.types import Contract, Event, TurnGroup
 
-__all__ = ["Fold", "ProtectedCheck", "fold_bounds", "fold_record"]
+__all__ = ["Fold", "ProtectedCheck", "check_pass", "fold_bounds", "fold_record", "protected_check"]
 
 #: ``check(folded_events, contract, texts) -> findings``: the protected fields of the folded
 #: events (and the contract) that ``texts`` (the request's trunk and leaf texts) lose or
@@ -41,13 +42,33 @@ __all__ = ["Fold", "ProtectedCheck", "fold_bounds", "fold_record"]
 ProtectedCheck = Callable[[Sequence[Event], Contract, Sequence[str]], Sequence[Any]]
 
 
+def protected_check(folded: Sequence[Event], contract: Contract, texts: Sequence[str]) -> list[Finding]:
+    """Issue 10 item 5: the protected fields of ``folded`` and ``contract``
+    (:func:`~app.domain.compaction.evidence.protected_inventory`: constraint texts, test
+    names, revisions, run conditions, failed assertion lines, exit statuses) that ``texts``
+    lose or alter (:func:`~app.domain.compaction.evidence.check_protected`)."""
+    return check_protected(protected_inventory(folded, contract), texts)
+
+
 @dataclass(frozen=True)
 class Fold:
     """Compaction settings of the select policy: the watermarks (eq. 3), and the
-    protected-field check run on every pass (None: no check)."""
+    protected-field check run on every pass (default :func:`protected_check`; None: no
+    check, for tests that show what the check prevents)."""
 
     watermarks: Watermarks
-    check: ProtectedCheck | None = None
+    check: ProtectedCheck | None = protected_check
+
+
+def check_pass(fold: Fold, record: ProgressRecord, events: Sequence[Event], contract: Contract,
+               trunk: str) -> Sequence[Any]:
+    """The findings of ``fold.check`` on a pass whose trunk is ``trunk``: the protected
+    fields of the events ``record`` folds that the trunk loses or alters (empty: none, or
+    no check configured)."""
+    if fold.check is None:
+        return ()
+    folded = set(record.folded_seqs)
+    return fold.check([e for e in events if e.seq in folded], contract, [trunk])
 
 
 def fold_bounds(groups: Sequence[TurnGroup], *, newest: int, first_kept: int, keep_groups: int) -> tuple[int, int]:

@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.domain.compaction.digest import tool_digest
-from app.domain.compaction.lineage import SHORT_HANDLE, cut_line
+from app.domain.compaction.evidence import Claim, claims_of
+from app.domain.compaction.lineage import SHORT_HANDLE, cut_line, split_lines
 from app.domain.layout import render_contract
+from app.domain.notes import current_notes
 from app.domain.types import (
     ArtifactWriteEvent,
     Constraint,
@@ -48,8 +49,6 @@ __all__ = ["ArtifactIdentity", "FoldedEntry", "Note", "Observation", "ProgressRe
            "call_text", "render_record"]
 
 COMMAND_CHARS: Final = 160  # characters of a command an entry shows (cut with a marker beyond)
-KEY_LINE_CHARS: Final = 160
-KEY_LINES: Final = 3  # key lines an observation of a failed or failing result shows
 RECORD_VERSION: Final = 1
 
 
@@ -69,9 +68,13 @@ class ArtifactIdentity:
 
 @dataclass(frozen=True)
 class Observation:
-    """One folded tool result as the record states it: the call's command, exit status,
-    size, scope (``artifact@rN`` it read, when bound) and key lines (raw line number, text),
-    citing its event seqs (the call's message and the result) and its handle."""
+    """One supported observation: a folded tool result as the log proves it
+    (:func:`app.domain.compaction.evidence.claims_of`), citing its event seqs (the call's
+    message, the result) and its scope: the command, exit status, the ``artifact@rN`` it
+    read (when bound), its run conditions (``key=value``), the test run (outcome, counts,
+    failed and selected test ids) and its assertion / exception lines, and its handle.
+    ``protected``: it carries protected fields (a test run, a failed result, run
+    conditions), so a coarse entry still lists it."""
 
     seqs: tuple[int, ...]
     command: str
@@ -80,13 +83,17 @@ class Observation:
     lines: int
     handle: str
     scope: str | None = None
-    conditions: tuple[tuple[str, str], ...] = ()
-    key_lines: tuple[tuple[int, str], ...] = ()
+    conditions: tuple[str, ...] = ()
+    tests: str = ""
+    test_ids: tuple[str, ...] = ()
+    failure_lines: tuple[str, ...] = ()
+    protected: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"seqs": list(self.seqs), "command": self.command, "exit_code": self.exit_code, "bytes": self.bytes,
-                "lines": self.lines, "handle": self.handle, "scope": self.scope,
-                "conditions": dict(self.conditions), "key_lines": [list(k) for k in self.key_lines]}
+                "lines": self.lines, "handle": self.handle, "scope": self.scope, "conditions": list(self.conditions),
+                "tests": self.tests, "test_ids": list(self.test_ids), "failure_lines": list(self.failure_lines),
+                "protected": self.protected}
 
 
 @dataclass(frozen=True)
@@ -190,29 +197,33 @@ def _one_line(text: str, limit: int) -> str:
     return cut_line(" ".join(text.split()), limit)
 
 
-def _observation(group: TurnGroup, result: ToolResultEvent) -> Observation:
-    call = next((c for c in group.message.tool_calls if c.call_id == result.call_id), None)
-    command = call_text(call.arguments) if call is not None else ""
-    exception = result.conditions.get("exception_info") if result.conditions else None
-    digest = tool_digest(result.payload, command=command, exit_code=result.exit_code,
-                         exception=str(exception) if exception else None, max_key_lines=KEY_LINES,
-                         max_line_chars=KEY_LINE_CHARS)
-    failing = result.exit_code not in (0, None) or bool(exception)
-    keys = digest.key_lines if failing or any(_failure_line(t) for _, t in digest.key_lines) else ()
-    scope = None
-    if result.binding is not None:
-        scope = f"{result.binding.artifact}@r{result.binding.revision}"
-    conditions = tuple(sorted((str(k), _one_line(str(v), KEY_LINE_CHARS)) for k, v in (result.conditions or {}).items()
-                              if k != "reads" and v))
-    return Observation(seqs=(group.message.seq, result.seq), command=_one_line(command, COMMAND_CHARS),
-                       exit_code=result.exit_code, bytes=digest.bytes, lines=digest.lines, handle=result.handle,
-                       scope=scope, conditions=conditions,
-                       key_lines=tuple((n, _one_line(t, KEY_LINE_CHARS)) for n, t in keys))
+def _observation(claim: Claim, payload: str) -> Observation:
+    """The record's observation of one claim (the full command is in the index payload
+    and the call; a line shows at most ``COMMAND_CHARS`` characters of it)."""
+    run = claim.test_run
+    failed = claim.exit_status not in (None, 0) or (run is not None and run.outcome in ("failed", "error"))
+    conditions = tuple(f"{k}={_shown(v)}" for k, v in claim.scope.conditions)
+    tests, ids = "", ()
+    if run is not None:
+        counts = ", ".join(f"{n} {name}" for n, name in ((run.passed, "passed"), (run.failed, "failed"),
+                                                         (run.errors, "errors"), (run.skipped, "skipped")) if n)
+        tests = f"{run.runner} {run.outcome}" + (f" ({counts})" if counts else "") + ("" if run.complete else
+                                                                                     ", partial output")
+        ids = tuple(dict.fromkeys((*run.failed_ids, *run.error_ids,
+                                   *(t for t in claim.scope.selection if "::" in t))))
+    scope = f"{claim.artifact}@r{claim.revision}" if claim.artifact is not None and claim.revision is not None else None
+    return Observation(seqs=tuple(s for s in (claim.call_seq, claim.seq) if s is not None),
+                       command=_one_line(claim.command, COMMAND_CHARS), exit_code=claim.exit_status,
+                       bytes=len(payload.encode("utf-8", "surrogatepass")), lines=len(split_lines(payload)),
+                       handle=claim.handle, scope=scope, conditions=conditions, tests=tests, test_ids=ids,
+                       failure_lines=claim.failure_lines, protected=bool(run is not None or failed or conditions))
 
 
-def _failure_line(text: str) -> bool:
-    lowered = text.lower()
-    return "failed" in lowered or "error" in lowered or "assert" in lowered
+def _shown(value: str) -> str:
+    """A run condition's value as the protected-field inventory spells it (a JSON string
+    unquoted, anything else as canonical JSON)."""
+    loaded = json.loads(value)
+    return loaded if isinstance(loaded, str) else value
 
 
 def _artifacts(events: Sequence[Event]) -> tuple[ArtifactIdentity, ...]:
@@ -234,40 +245,35 @@ def _artifacts(events: Sequence[Event]) -> tuple[ArtifactIdentity, ...]:
 
 
 def _notes(events: Sequence[Event]) -> tuple[tuple[Note, ...], tuple[Note, ...]]:
-    """Current hypotheses and obligations by key (a later event of a key supersedes)."""
-    latest: dict[tuple[str, str], Note] = {}
-    for event in events:
-        kind = getattr(event, "kind", "")
-        if kind in ("hypothesis", "obligation"):
-            note = Note(kind=kind, key=str(getattr(event, "key")), text=str(getattr(event, "text")),
-                        status=str(getattr(event, "status")), seq=event.seq,
-                        depends_on=tuple(getattr(event, "depends_on", ()) or ()))
-            latest[(kind, note.key)] = note
-    notes = sorted(latest.values(), key=lambda n: n.seq)
-    return (tuple(n for n in notes if n.kind == "hypothesis"), tuple(n for n in notes if n.kind == "obligation"))
+    """Current hypotheses and obligations by key (:func:`app.domain.notes.current_notes`:
+    a later event of a key supersedes the earlier one)."""
+    notes = current_notes(events)
+    return (tuple(Note("hypothesis", h.key, h.text, h.status, h.seq, h.depends_on) for h in notes.hypotheses),
+            tuple(Note("obligation", o.key, o.text, o.status, o.seq) for o in notes.obligations))
 
 
 def _group_entry(group: TurnGroup) -> FoldedEntry:
-    observations = tuple(_observation(group, r) for r in group.results)
+    payloads = {r.seq: r.payload for r in group.results}
+    observations = tuple(_observation(c, payloads[c.seq]) for c in claims_of((group.message, *group.results)))
     return FoldedEntry(first_seq=group.first_seq, last_seq=max(group.seqs), groups=1, seqs=group.seqs,
                        observations=observations, turn_handles=(group.message.handle,))
 
 
 def _range_entry(groups: Sequence[TurnGroup], entries: Sequence[FoldedEntry], index: str) -> FoldedEntry:
-    """One line for several groups: how many, what commands ran (first word, counts),
-    every non-zero exit status with its seq, and the index payload naming their handles."""
+    """One line for several groups: how many, what commands ran (first word, counts), and
+    the index payload naming their handles; the observations with protected fields (test
+    runs, failed results, run conditions) are still listed, compactly, under it."""
     programs: dict[str, int] = {}
-    failures: list[str] = []
     for entry in entries:
         for o in entry.observations:
             words = o.command.split()
             name = next((w for w in words if w not in ("cd", "&&", "-c") and not w.startswith("/testbed")), "?")
             programs[name] = programs.get(name, 0) + 1
-            if o.exit_code not in (0, None):
-                failures.append(f"seq {o.seqs[-1]} exit {o.exit_code}")
     top = sorted(programs.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
     ran = ", ".join(f"{k} x{v}" for k, v in top) + (", ..." if len(programs) > len(top) else "")
-    status = ("exit 0 except " + ", ".join(failures)) if failures else "all exit 0 or no exit code"
+    kept = sum(1 for e in entries for o in e.observations if o.protected)
+    status = f"the other results exit 0 or have no exit code; the {kept} test runs, failures and results with " \
+             "run conditions follow" if kept else "every result exit 0 or no exit code"
     seqs = tuple(s for e in entries for s in e.seqs)
     summary = f"{len(groups)} turn groups ({ran}); {status}"
     return FoldedEntry(first_seq=entries[0].first_seq, last_seq=entries[-1].last_seq, groups=len(groups), seqs=seqs,
@@ -334,7 +340,7 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
             handle = hashlib.sha256(payload).hexdigest()
             folded = (_range_entry(folded_groups[:m], entries[:m], handle), *entries[m:])
             index = {handle: payload}
-        observations = tuple(o for e in folded for o in e.observations if e.groups == 1)
+        observations = tuple(o for e in folded for o in e.observations)
         return _replace(base, folded=folded, observations=observations, collapsed=m if m > 1 else 0,
                         index_payloads=index)
 
@@ -367,13 +373,22 @@ def _replace(record: ProgressRecord, **changes: Any) -> ProgressRecord:
 # --------------------------------------------------------------------------- rendering
 
 
-def _observation_line(o: Observation) -> str:
+def _observation_line(o: Observation, *, compact: bool = False) -> str:
+    """One observation: ``- seq N `command` -> exit M at path@rK; tests: ...; key=value;
+    handle H`` and its assertion / exception lines below (``!``). ``compact`` (inside a
+    coarse entry): the command cut shorter and no size."""
     exit_part = f"exit {o.exit_code}" if o.exit_code is not None else "no exit code"
     scope = f" at {o.scope}" if o.scope else ""
-    conditions = "".join(f"; {k}: {v}" for k, v in o.conditions)
-    line = (f"- seq {o.seqs[-1]} `{o.command}` -> {exit_part}{scope}, {o.lines:,} lines, {o.bytes:,} bytes, "
-            f"handle {o.handle[:SHORT_HANDLE]}{conditions}")
-    return line + "".join(f"\n    L{n}: {t}" for n, t in o.key_lines)
+    command = _one_line(o.command, 60) if compact else o.command
+    size = "" if compact else f", {o.lines:,} lines, {o.bytes:,} bytes"
+    extra = "".join(f"; {c}" for c in o.conditions)
+    if o.tests:
+        extra += f"; tests: {o.tests}"
+    if o.test_ids:
+        extra += "; test ids: " + " ".join(o.test_ids)
+    line = f"{'  ' if compact else ''}- seq {o.seqs[-1]} `{command}` -> {exit_part}{scope}{size}{extra}; " \
+           f"handle {o.handle[:SHORT_HANDLE]}"
+    return line + "".join(f"\n    ! {t}" for t in o.failure_lines)
 
 
 def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
@@ -402,6 +417,7 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
             if entry.groups > 1:
                 lines.append(f"- seq {entry.first_seq}-{entry.last_seq}: {entry.summary}; turn and result handles "
                              f"in index {entry.index[:SHORT_HANDLE] if entry.index else '-'}")
+                lines.extend(_observation_line(o, compact=True) for o in entry.observations if o.protected)
             else:
                 lines.extend(_observation_line(o) for o in entry.observations)
     if record.next_step:
