@@ -106,9 +106,12 @@ def mistral_ids() -> Callable[[dict], list[int]]:
 
 def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClient, qwen3_ids) -> None:
     """The issue's example on qwen3. Before: 200 with no leaf (messages = system + trunk,
-    732 tokens, all 19 events elided). After: the four older turns are evicted, the newest
-    turn and its 10 results stay verbatim (21222 tokens: over T_lo 20000, within 28160; the
-    elision note gives each evicted output's size in bytes)."""
+    732 tokens, all 19 events elided). After (issue 5, window): the four older turns are
+    evicted, the newest turn and its 10 results stay verbatim (21222 tokens). Under select
+    (issue 10, GET /request's default): the four older turns are folded into the trunk's
+    progress record (each result's command, exit status, size and handle), the newest turn
+    and its 10 results stay verbatim: 21254 tokens (over T_hi 14080, but the newest group is
+    never folded; within 28160). The trunk names each turn's and each result's handle."""
     sid = ten_results_session(client, "qwen3")
     r = client.get(f"/v1/sessions/{sid}/request")
     assert r.status_code == 200, r.text
@@ -117,8 +120,14 @@ def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClien
     assert [m["role"] for m in leaf] == ["assistant"] + ["tool"] * 10
     assert [m["content"] for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}" for j in range(10)]
     assert [c["id"] for c in leaf[0]["tool_calls"]] == [f"n{j}" for j in range(10)]
-    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21222
-    assert {e["event_id"] for e in manifest["elided"]} == {f"old{t}" for t in range(4)} | {f"r-o{t}c0" for t in range(4)}
+    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21254
+    assert {e["event_id"]: e["representation"] for e in manifest["elided"]} == \
+        {f"old{t}": "folded" for t in range(4)} | {f"r-o{t}c0": "folded" for t in range(4)}
+    trunk = body["messages"][1]["content"]
+    for t in range(4):
+        folded = [e for e in manifest["elided"] if e["event_id"] == f"r-o{t}c0"][0]
+        assert f"`cat o{t}c0.py` -> exit 0, 126 lines, 3,126 bytes; handle {folded['handle'][:12]}" in trunk
+    assert manifest["compaction"]["pass"] and manifest["compaction"]["record"]["fold_seq"] == 9
     kept = {i["event_id"]: i["representation"] for i in manifest["items"]}
     assert kept == {"newest": "verbatim"} | {f"r-n{j}": "verbatim" for j in range(10)}
 

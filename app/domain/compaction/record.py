@@ -373,10 +373,10 @@ def _replace(record: ProgressRecord, **changes: Any) -> ProgressRecord:
 # --------------------------------------------------------------------------- rendering
 
 
-def _observation_line(o: Observation, *, compact: bool = False) -> str:
+def _observation_line(o: Observation, *, compact: bool = False, suffix: str = "") -> str:
     """One observation: ``- seq N `command` -> exit M at path@rK; tests: ...; key=value;
     handle H`` and its assertion / exception lines below (``!``). ``compact`` (inside a
-    coarse entry): the command cut shorter and no size."""
+    coarse entry): the command cut shorter and no size. ``suffix`` ends the first line."""
     exit_part = f"exit {o.exit_code}" if o.exit_code is not None else "no exit code"
     scope = f" at {o.scope}" if o.scope else ""
     command = _one_line(o.command, 60) if compact else o.command
@@ -387,7 +387,7 @@ def _observation_line(o: Observation, *, compact: bool = False) -> str:
     if o.test_ids:
         extra += "; test ids: " + " ".join(o.test_ids)
     line = f"{'  ' if compact else ''}- seq {o.seqs[-1]} `{command}` -> {exit_part}{scope}{size}{extra}; " \
-           f"handle {o.handle[:SHORT_HANDLE]}"
+           f"handle {o.handle[:SHORT_HANDLE]}{suffix}"
     return line + "".join(f"\n    ! {t}" for t in o.failure_lines)
 
 
@@ -419,7 +419,11 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
                              f"in index {entry.index[:SHORT_HANDLE] if entry.index else '-'}")
                 lines.extend(_observation_line(o, compact=True) for o in entry.observations if o.protected)
             else:
-                lines.extend(_observation_line(o) for o in entry.observations)
+                turn = f"turn seq {entry.first_seq}, handle {entry.turn_handles[0][:SHORT_HANDLE]}"
+                if not entry.observations:
+                    lines.append(f"- seq {entry.first_seq}: {turn} (a message without tool calls)")
+                for i, o in enumerate(entry.observations):
+                    lines.append(_observation_line(o, suffix=f" ({turn})" if i == 0 else ""))
     if record.next_step:
         lines += ["", "## Next bounded step (as of the fold)", f"(seq {record.next_step[0]}) {record.next_step[1]}"]
     parts.append("\n".join(lines))
