@@ -642,13 +642,12 @@ def assemble_window(
             findings = check_pass(fold, records[k], events, session.contract, conversation.trunk)
             while findings:
                 rejected.append((groups[k].first_seq if k < len(groups) else 0, tuple(findings)))
-                if k - 1 <= first_kept:
-                    break
-                conv, meas = build(k - 1)
+                conv, meas = build(k - 1)  # k - 1 == first_kept: no pass (the accepted record stays)
                 if meas.total > budget.input_limit:
                     break
                 k, conversation, measurement = k - 1, conv, meas
-                findings = check_pass(fold, records[k], events, session.contract, conversation.trunk)
+                findings = check_pass(fold, records[k], events, session.contract, conversation.trunk) \
+                    if k > first_kept else ()
             if findings:  # no smaller fold keeps them within input_limit: served, and said so
                 warnings_extra.append(f"the pass at fold point seq {groups[k].first_seq if k < len(groups) else 0} "
                                       f"loses protected fields: {'; '.join(str(f) for f in findings)[:2000]}")

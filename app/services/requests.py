@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.assembly import Assembly, assemble_window
-from app.domain.compaction.fold import Fold
+from app.domain.assembly import Assembly, assemble_window, build_turn_groups
+from app.domain.compaction.fold import Fold, fold_record
 from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
@@ -268,6 +268,24 @@ def compaction_report(assembly: Assembly, policy: str, profile: Profile) -> dict
                              "folded_events": len(record.folded_seqs), "collapsed_groups": record.collapsed,
                              "contract_version": record.contract_version}
     return out
+
+
+def get_record(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str) -> dict[str, Any]:
+    """The session's progress record as the trunk of its next select request holds it
+    (issue 10 item 4): built from the event log up to the persisted fold point, never from a
+    previous record. ``{"session_id", "record": ProgressRecord.as_dict(), "text": the
+    trunk text (contract + record)}``. Raises SessionNotFound (404)."""
+    row = require_session_row(db, session_id)
+    session = repo.session_from_row(row)
+    profile = profiles.get(session.profile)
+    meter = meters.get(profile)
+    memo = memo_of(meters)
+    events = memo.events(db, session_id, row.last_seq)
+    groups, _, _ = build_turn_groups(events)
+    k = next((i for i, g in enumerate(groups) if g.first_seq >= row.cut_seq), len(groups)) if row.cut_seq else 0
+    record, text = fold_record(session.contract, events, groups, k, watermarks=profile.watermarks,
+                               count=meter.count_text, memo=memo.leaf_cache(session_id))
+    return {"session_id": session_id, "record": record.as_dict(), "text": text}
 
 
 def _manifest_summary(row: Any) -> dict[str, Any]:

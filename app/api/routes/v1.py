@@ -95,6 +95,14 @@ def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
     return AssembledRequest(request=out.request, manifest=out.manifest)
 
 
+@router.get("/sessions/{session_id}/record", responses=ERRORS)
+def get_record(session_id: str, uow: Uow, profiles: Profiles, meters: Meters) -> dict[str, Any]:
+    """The session's progress record (seed 000 table 7): what the trunk of its next select
+    request holds of the events folded so far, built from the event log (issue 10)."""
+    with uow() as db:
+        return request_service.get_record(db, profiles, meters, session_id)
+
+
 @router.get("/sessions/{session_id}/manifests", responses=ERRORS)
 def list_manifests(session_id: str, uow: Uow,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
