@@ -311,3 +311,50 @@ def test_parallel_calls_stay_paired_across_passes() -> None:
             assert set(group.seqs) <= folded or not set(group.seqs) & folded, "a group is folded whole"
         assert all(e["representation"] == "folded" for e in a.elided)
     assert 3 <= passes <= 10
+
+
+# ---------------------------------------------------------------- lineage invariant (item 7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TRACE_FILES, ids=lambda p: p.name.removesuffix(".traj.json"))
+def test_lineage_invariant_on_every_shared_trace(path: Path) -> None:
+    """At every call of every shared trace: every event is verbatim in the request (a leaf
+    message of its seq), folded into the record (listed by seq in ``folded_seqs``, its
+    result's handle named in the trunk or in an index payload the trunk names), or behind
+    a handle (head + tail: both ends in the leaf, the marker naming the handle); the
+    manifest names which, and which pass folded it. Every handle is the sha256 of the
+    bytes it stands for (payloads and index payloads alike)."""
+    import hashlib
+
+    for call in replay(path, Fold(MARKS)):
+        a = call.assembly
+        record = a.record
+        assert record is not None
+        leaf_seqs = {m.seq for m in a.conversation.leaf}
+        leaf_text = "\n".join(m.content for m in a.conversation.leaf)
+        trunk = a.conversation.trunk
+        entries = {e["seq"]: e for e in (*a.items, *a.elided)}
+        assert set(entries) == {e.seq for e in call.events}, "every event is in the manifest"
+        for handle, data in a.derived_payloads.items():
+            assert hashlib.sha256(data).hexdigest() == handle and handle[:12] in trunk
+        index_text = " ".join(d.decode() for d in a.derived_payloads.values())
+        folded = set(record.folded_seqs)
+        for event in call.events:
+            entry = entries[event.seq]
+            rep = entry["representation"]
+            if isinstance(event, ToolResultEvent):
+                assert hashlib.sha256(event.payload.encode()).hexdigest() == event.handle
+            if event.seq < a.cut_seq:
+                assert rep == "folded" and event.seq in folded and entry["zone"] == "trunk"
+                assert "pass" in entry["why"]
+                if isinstance(event, ToolResultEvent):
+                    assert event.handle[:12] in trunk or event.handle in index_text
+                continue
+            assert event.seq not in folded
+            if rep == "verbatim" and event.kind in ("message", "tool_result"):
+                assert event.seq in leaf_seqs
+            elif rep == "head_tail":
+                assert event.seq in leaf_seqs and f"handle {event.handle}" in leaf_text
+            else:  # bookkeeping not yet folded: writes, notes, a superseded step; pending / dropped turns
+                assert rep in ("not_rendered", "superseded", "pending", "dropped", "verbatim"), rep
