@@ -8,7 +8,10 @@ params, stats, input and output bytes and lines, kept and omitted raw line range
 handle of the raw payload, readable with ``GET /v1/handles/{handle}?lines=a:b``). A
 technique that changes nothing returns its input unchanged.
 
-Not yet wired into ``select``: nothing in the request path calls these functions yet.
+The select policy (GET /request's default) compacts with them: :mod:`.fold` decides a
+pass (watermarks, :mod:`.watermarks`), :mod:`.record` builds the progress record from the
+event log (observations from :mod:`.evidence`'s claims, key lines and digests from the
+techniques), and every pass is checked against the protected fields.
 """
 
 from app.domain.compaction.diff import fold_diff

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -151,6 +152,7 @@ class ProgressRecord:
     hypotheses: tuple[Note, ...] = ()
     obligations: tuple[Note, ...] = ()
     next_step: tuple[int, str] | None = None
+    names: tuple[str, ...] = ()
     folded: tuple[FoldedEntry, ...] = ()
     folded_seqs: tuple[int, ...] = ()
     collapsed: int = 0
@@ -170,6 +172,7 @@ class ProgressRecord:
             "hypotheses": [h.as_dict() for h in self.hypotheses],
             "obligations": [o.as_dict() for o in self.obligations],
             "next_step": {"seq": self.next_step[0], "text": self.next_step[1]} if self.next_step else None,
+            "names": list(self.names),
             "folded": [e.as_dict() for e in self.folded],
             "folded_seqs": list(self.folded_seqs),
             "collapsed_groups": self.collapsed,
@@ -242,6 +245,37 @@ def _artifacts(events: Sequence[Event]) -> tuple[ArtifactIdentity, ...]:
                                                               written=old is not None and old.written
                                                               and old.revision == binding.revision)
     return tuple(sorted(seen.values(), key=lambda a: a.path))
+
+
+#: what the names index picks from the agent's folded messages and commands: paths, dotted
+#: names, snake_case and CamelCase words (3 characters or more)
+_NAME_RE: Final = re.compile(r"(?<![\w./-])(?:\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*\w"
+                             r"|(?<![\w./])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w/])|(?<![\w])[A-Za-z_]\w*(?![\w])")
+
+
+def _is_name(word: str) -> bool:
+    if len(word) < 3:
+        return False
+    if "/" in word or "." in word:
+        return True
+    core = word.strip("_")
+    return ("_" in core and any(c.isalpha() for c in core)) or (
+        any(c.isupper() for c in word[1:]) and any(c.islower() for c in word))
+
+
+def names_of(groups: Sequence[TurnGroup]) -> tuple[str, ...]:
+    """The names (paths, dotted names, snake_case and CamelCase words) the agent wrote in
+    the folded turns (its messages and its tool calls' commands), newest first, each once:
+    an index of what it worked with, each readable back through the handles above."""
+    seen: dict[str, None] = {}
+    for group in reversed(groups):
+        texts = [group.message.content, *(call_text(c.arguments) for c in group.message.tool_calls)]
+        for text in texts:
+            for m in _NAME_RE.finditer(text):
+                word = m.group(0)
+                if _is_name(word) and word not in seen:
+                    seen[word] = None
+    return tuple(seen)
 
 
 def _notes(events: Sequence[Event]) -> tuple[tuple[Note, ...], tuple[Note, ...]]:
@@ -331,6 +365,17 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
         # steps, notes): messages and results before it all belong to folded groups
         folded_seqs=tuple(sorted(grouped | {e.seq for e in earlier if e.kind not in ("message", "tool_result")})),
     )
+
+    # the names index takes at most a quarter of the budget, newest names first
+    candidates = names_of(folded_groups)
+    lo, hi = 0, len(candidates)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(", ".join(candidates[:mid])) <= budget_tokens // 4:
+            lo = mid
+        else:
+            hi = mid - 1
+    base = _replace(base, names=candidates[:lo])
 
     def with_collapsed(m: int) -> ProgressRecord:
         if m <= 1:
@@ -424,6 +469,9 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
                     lines.append(f"- seq {entry.first_seq}: {turn} (a message without tool calls)")
                 for i, o in enumerate(entry.observations):
                     lines.append(_observation_line(o, suffix=f" ({turn})" if i == 0 else ""))
+    if record.names:
+        lines += ["", "## Names in the folded turns (paths, modules, functions the agent wrote; newest first)",
+                  ", ".join(record.names)]
     if record.next_step:
         lines += ["", "## Next bounded step (as of the fold)", f"(seq {record.next_step[0]}) {record.next_step[1]}"]
     parts.append("\n".join(lines))
