@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
-from app.domain.compaction.fold import Fold, check_pass, fold_bounds, fold_record
+from app.domain.compaction.fold import Fold, check_pass, fold_bounds, fold_record, pinned_group
 from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
@@ -593,13 +593,17 @@ def assemble_window(
     rejected: list[tuple[int, tuple[Any, ...]]] = []  # (fold point, findings) of passes rejected by the check
     warnings_extra: list[str] = []
 
+    pin = pinned_group(groups) if fold is not None else None  # the newest user message: never folded
+
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
         kept = leaf_groups[k:] if newest_messages is None else \
             [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
+        if pin is not None and pin < k:
+            kept = [leaf_groups[pin], *kept]
         trunk = None
         if fold is not None:
             records[k], text = fold_record(session.contract, events, groups, k, watermarks=fold.watermarks,
-                                           count=meter.count_text, memo=cache)
+                                           count=meter.count_text, memo=cache, pinned=pin)
             trunk = (text, records[k].index_payloads)
         conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings,
                                               trunk=trunk)
@@ -674,7 +678,7 @@ def assemble_window(
     items: list[dict[str, Any]] = []
     elided: list[dict[str, Any]] = []
     for index, group in enumerate(groups):
-        kept = index >= k
+        kept = index >= k or index == pin
         for event in (group.message, *group.results):
             entry: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "handle": event.handle}
             if isinstance(event, ToolResultEvent):

@@ -21,7 +21,7 @@ from app.adapters import miniswe
 from app.domain.assembly import Assembly, assemble_window, build_turn_groups
 from app.domain.budget import Budget
 from app.domain.compaction.evidence import check_protected, protected_inventory
-from app.domain.compaction.fold import Fold, fold_bounds, protected_check
+from app.domain.compaction.fold import Fold, fold_bounds, pinned_group, protected_check
 from app.domain.compaction.record import build_record, render_record
 from app.domain.compaction.watermarks import Watermarks, cycle_turns
 from app.domain.layout import render_contract
@@ -273,7 +273,39 @@ def _turn(seq: int, role: str, calls: int = 1, tag: str = "") -> list[Event]:
     return out
 
 
-def test_fold_bounds_keep_newest_k_user_message_and_pending_calls() -> None:
+def test_newest_user_message_is_never_folded() -> None:
+    """A user message followed by many assistant turns: passes fold the turns around it,
+    and it stays verbatim, first in the leaf (not in the record), until a newer user
+    message comes; then that one is pinned and the older one is folded."""
+    session = Session(id="s", profile="unit", contract=_contract(SOME[0]), system="be careful",
+                      tools=({"type": "function", "function": {"name": "bash", "parameters": {}}},))
+    marks = Watermarks(t_hi=5000, t_lo=3000, keep_groups=2, record_tokens=300)
+    events: list[Event] = []
+    seq, cut, passes, user_seq = 1, 0, 0, 0
+    for t in range(40):
+        role = "user" if t in (3, 30) else "assistant"
+        if role == "user":
+            user_seq = seq
+        turn = _turn(seq, role, calls=2)
+        events += turn
+        seq += len(turn)
+        a = assemble_window(session, events, budget=BUDGET, meter=WordMeter(), item_cap_tokens=800,
+                            previous_cut_seq=cut, fold=Fold(marks))
+        passes += a.cut_seq > cut
+        cut = a.cut_seq
+        if user_seq:
+            user = [m for m in a.conversation.leaf if m.role == "user"]
+            assert [m.seq for m in user] == [user_seq], "the newest user message is in the leaf"
+            assert user_seq not in a.record.folded_seqs
+            if a.cut_seq > user_seq:
+                assert a.conversation.leaf[0].seq == user_seq
+        if t > 30:
+            assert 4 in a.record.folded_seqs, "the older user message is folded once a newer one exists"
+        assert pair_errors(leaf_dicts(a)) == 0 and a.measurement.total <= BUDGET.input_limit
+    assert passes >= 3
+
+
+def test_fold_bounds_keep_newest_k_and_pending_calls() -> None:
     events: list[Event] = []
     seq = 1
     for t in range(10):
@@ -282,11 +314,13 @@ def test_fold_bounds_keep_newest_k_user_message_and_pending_calls() -> None:
         events += turn
         seq += len(turn)
     groups, _, _ = build_turn_groups(events)
-    assert fold_bounds(groups, newest=9, first_kept=0, keep_groups=3) == (7, 6)  # the user turn (6) is never folded
+    assert fold_bounds(groups, newest=9, first_kept=0, keep_groups=3) == (7, 9)
+    assert pinned_group(groups) == 6  # the user turn: pinned, never folded
     pending = [*events, MessageEvent(seq=seq, event_id="p", role="assistant", content="go", handle="p" * 64,
                                      tool_calls=(ToolCall("pc", "bash", "{}"),))]
+    pending += _turn(seq + 1, "assistant", tag="later")
     groups, _, _ = build_turn_groups(pending)
-    assert fold_bounds(groups, newest=10, first_kept=0, keep_groups=1)[1] == 6
+    assert fold_bounds(groups, newest=11, first_kept=0, keep_groups=1) == (11, 10)  # a group awaiting results stays
     groups, _, _ = build_turn_groups([e for e in events if not (isinstance(e, MessageEvent) and e.role == "user")])
     assert fold_bounds(groups, newest=8, first_kept=2, keep_groups=3) == (6, 8)
 
@@ -345,7 +379,7 @@ def test_lineage_invariant_on_every_shared_trace(path: Path) -> None:
             rep = entry["representation"]
             if isinstance(event, ToolResultEvent):
                 assert hashlib.sha256(event.payload.encode()).hexdigest() == event.handle
-            if event.seq < a.cut_seq:
+            if event.seq < a.cut_seq and event.seq not in leaf_seqs:  # (a pinned user message stays in the leaf)
                 assert rep == "folded" and event.seq in folded and entry["zone"] == "trunk"
                 assert "pass" in entry["why"]
                 if isinstance(event, ToolResultEvent):

@@ -34,7 +34,7 @@ from app.domain.compaction.record import ProgressRecord, build_record, render_re
 from app.domain.compaction.watermarks import Watermarks
 from app.domain.types import Contract, Event, TurnGroup
 
-__all__ = ["Fold", "ProtectedCheck", "check_pass", "fold_bounds", "fold_record", "protected_check"]
+__all__ = ["Fold", "ProtectedCheck", "check_pass", "fold_bounds", "fold_record", "pinned_group", "protected_check"]
 
 #: ``check(folded_events, contract, texts) -> findings``: the protected fields of the folded
 #: events (and the contract) that ``texts`` (the request's trunk and leaf texts) lose or
@@ -74,32 +74,38 @@ def check_pass(fold: Fold, record: ProgressRecord, events: Sequence[Event], cont
 def fold_bounds(groups: Sequence[TurnGroup], *, newest: int, first_kept: int, keep_groups: int) -> tuple[int, int]:
     """``(lo, hi)``: the range of the first kept group's index ``k`` a pass may choose
     (groups before ``k`` are folded). ``lo = max(first_kept + 1, newest + 1 - K)``: fold
-    at least one group, keep the newest ``K``; ``hi``: at most the newest group, the newest
-    user message's group, and the first group with a call awaiting its result. ``lo > hi``
-    means no pass is possible within those rules."""
+    at least one group, keep the newest ``K``; ``hi``: at most the newest group and the
+    first group with a call awaiting its result. ``lo > hi`` means no pass is possible
+    within those rules. (The newest user message is pinned instead: :func:`pinned_group`.)"""
     hi = newest
     for i, group in enumerate(groups):
         if group.pending and i < hi:
             hi = i
             break
-    users = [i for i, g in enumerate(groups) if g.message.role == "user"]
-    if users:
-        hi = min(hi, users[-1])
     return max(first_kept + 1, newest + 1 - keep_groups), hi
+
+
+def pinned_group(groups: Sequence[TurnGroup]) -> int | None:
+    """The index of the newest user message's group: never folded; when the fold point
+    passes it, it stays verbatim first in the leaf (the issue: "never fold the newest user
+    message")."""
+    return next((i for i in range(len(groups) - 1, -1, -1) if groups[i].message.role == "user"), None)
 
 
 def fold_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], k: int, *,
                 watermarks: Watermarks, count: Callable[[str], int],
-                memo: MutableMapping[Any, Any] | None = None) -> tuple[ProgressRecord, str]:
+                memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None) -> tuple[ProgressRecord, str]:
     """The progress record with the groups before index ``k`` folded, and the trunk text
     (contract + record). Memoized in ``memo`` by fold point and budget (a function of the
-    events before the fold point, which no later event changes)."""
+    events before the fold point, which no later event changes). ``pinned``: the index of a
+    group kept in the leaf whatever ``k`` (the newest user message), never folded."""
     fold_seq = groups[k].first_seq if k < len(groups) else (max((e.seq for e in events), default=0) + 1)
-    key = ("progress_record", fold_seq, watermarks.record_tokens, contract)
+    pin = groups[pinned].first_seq if pinned is not None and pinned < k else None
+    key = ("progress_record", fold_seq, watermarks.record_tokens, contract, pin)
     cache: MutableMapping[Any, Any] = memo if memo is not None else {}
     hit = cache.get(key)
     if hit is None:
         record = build_record(contract, events, groups, fold_seq=fold_seq if k > 0 else 0,
-                              budget_tokens=watermarks.record_tokens, count=count, memo=memo)
+                              budget_tokens=watermarks.record_tokens, count=count, memo=memo, pinned=pin)
         hit = cache[key] = (record, render_record(record))
     return hit

@@ -331,7 +331,7 @@ def _index_payload(groups: Sequence[TurnGroup]) -> bytes:
 
 def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], *, fold_seq: int,
                  budget_tokens: int, count: Callable[[str], int],
-                 memo: MutableMapping[Any, Any] | None = None) -> ProgressRecord:
+                 memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None) -> ProgressRecord:
     """The progress record of the events before ``fold_seq`` (module docstring).
 
     ``groups``: the session's turn groups in seq order (those starting before ``fold_seq``
@@ -342,11 +342,14 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
     oldest per-group entries into one coarse entry, oldest first; if even the coarse entry
     alone leaves it over, it is kept over (the coarse entry is the floor). Deterministic.
     ``memo``: an optional mapping kept across calls (the session's leaf cache) holding each
-    group's entry, so a pass digests only the groups it newly folds.
+    group's entry, so a pass digests only the groups it newly folds. ``pinned``: the first
+    seq of a turn group kept verbatim in the leaf although it starts before the fold point
+    (the newest user message): it is not folded.
     """
-    folded_groups = [g for g in groups if g.first_seq < fold_seq]
+    kept = {s for g in groups if g.first_seq == pinned for s in g.seqs}
+    folded_groups = [g for g in groups if g.first_seq < fold_seq and g.first_seq != pinned]
     grouped = {s for g in folded_groups for s in g.seqs}
-    earlier = [e for e in events if e.seq < fold_seq]
+    earlier = [e for e in events if e.seq < fold_seq and e.seq not in kept]
     step = next((e for e in reversed(earlier) if isinstance(e, StepEvent)), None)
     hypotheses, obligations = _notes(earlier)
     cache: MutableMapping[Any, Any] = memo if memo is not None else {}
