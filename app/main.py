@@ -67,7 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 app.state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
-        log.info("ctxd ready: database %s, profiles %s", engine.url.render_as_string(hide_password=True), registry.names())
+        log.info("ctxd ready: data directory %s, database %s, profiles %s", settings.data_dir,
+                 engine.url.render_as_string(hide_password=True), registry.names())
         try:
             yield
         finally:

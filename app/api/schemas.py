@@ -48,8 +48,17 @@ class ToolDecl(BaseModel):
     function: FunctionDecl
 
 
+#: A model name as providers and serving engines spell it ("Qwen/Qwen3-8B", "gpt-4o-mini",
+#: "anthropic.claude-3-5-sonnet-20240620-v1:0"): no whitespace, no control characters.
+ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+
+
 class SessionCreate(Strict):
     profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
+    model: ModelName | None = Field(default=None, description=(
+        "the `model` of this session's request bodies in every format (openai, anthropic, tokens), e.g. the "
+        "name a vLLM server was started with (--served-model-name); default: the profile's model. The "
+        "chat template does not render it: token counts do not change"))
     contract: ContractIn
     system: str = ""
     tools: list[ToolDecl] = Field(default_factory=list)
@@ -71,6 +80,7 @@ class SessionCreated(BaseModel):
 class SessionOut(BaseModel):
     id: str
     profile: str
+    model: str | None = Field(description="the `model` of the request bodies: the session's own, else the profile's")
     contract: dict[str, Any]
     system: str
     tools: list[dict[str, Any]]

@@ -44,18 +44,20 @@ def prompt_cache_key(session_id: str) -> str:
     return "ctxd-" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
 
 
-def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str) -> dict[str, Any]:
-    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat."""
+def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str, model: str | None = None) -> dict[str, Any]:
+    """The wire body for ``fmt`` (openai, anthropic, tokens); its ``model`` is ``model`` (the
+    session's own) or else the profile's. Raises UnsupportedFormat."""
     conversation = assembly.conversation
+    model = model or profile.model
     if fmt == "openai":
-        return openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+        return openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
                                      prompt_cache_key=prompt_cache_key(session_id))
     if fmt == "anthropic":
-        return anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
+        return anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
     if fmt == "tokens":
         m = assembly.measurement
         text = m.extra.get("text") if isinstance(m.extra.get("text"), str) else None
-        return tokens_wire.serialize(m.ids or (), text, model=profile.model, max_tokens=profile.output_reserve)
+        return tokens_wire.serialize(m.ids or (), text, model=model, max_tokens=profile.output_reserve)
     raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
 
 
@@ -138,7 +140,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
         assert stored == handle  # content-addressed: the note names exactly what is stored
-    body = serialize(assembly, profile, fmt, session_id=session_id)
+    body = serialize(assembly, profile, fmt, session_id=session_id, model=row.model)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement
     reuse, cache_info = _prefix_reuse(db, memo, session_id, fmt, profile, assembly)

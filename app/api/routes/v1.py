@@ -27,14 +27,16 @@ def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Pr
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
-            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata)
+            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, model=body.model)
     return SessionCreated(id=session_id)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
-def get_session(session_id: str, uow: Uow) -> SessionOut:
+def get_session(session_id: str, uow: Uow, profiles: Profiles) -> SessionOut:
+    """The session (``model``: the one its request bodies name), its event count, last seq
+    and artifact revisions."""
     with uow() as db:
-        return SessionOut(**session_service.describe_session(db, session_id))
+        return SessionOut(**session_service.describe_session(db, session_id, profiles))
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
