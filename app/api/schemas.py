@@ -8,6 +8,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EventId = Annotated[str, Field(min_length=1, max_length=200)]
+#: The largest row id (a signed 64-bit BIGINT on PostgreSQL, INTEGER on SQLite): a larger id in a
+#: path or query is 422, not an overflow in the database driver (a 500).
+ROW_ID_MAX = 2**63 - 1
 
 
 class Strict(BaseModel):
@@ -37,7 +40,24 @@ class FunctionDecl(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = Field(default=None, description="a JSON Schema (draft 7) of the arguments")
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A valid JSON Schema, as OpenAI and mistral-common require (mistral-common refuses the
+        whole request otherwise, which once surfaced as a 500 on GET request: found by
+        tests/api/test_schema_fuzz.py)."""
+        if value is not None:
+            from jsonschema import Draft7Validator
+            from jsonschema.exceptions import SchemaError
+
+            try:
+                Draft7Validator.check_schema(value)
+            except SchemaError as exc:
+                where = "/".join(map(str, exc.path)) or "(top level)"
+                raise ValueError(f"not a valid JSON Schema (draft 7) at {where}: {exc.message}") from None
+        return value
 
 
 class ToolDecl(BaseModel):

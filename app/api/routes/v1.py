@@ -7,14 +7,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.api.deps import Meters, Profiles, Uow
-from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
+from app.api.schemas import (ROW_ID_MAX, AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated,
+                             SessionOut)
 from app.services import requests as request_service
 from app.services import sessions as session_service
 
 router = APIRouter(prefix="/v1")
 
 PROBLEM = {"content": {"application/problem+json": {}}}
-ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **PROBLEM},
+ERRORS: dict[int | str, dict[str, Any]] = {400: {"description": "The body cannot be parsed", **PROBLEM},
+                                           404: {"description": "Not found", **PROBLEM},
                                            409: {"description": "Conflict", **PROBLEM},
                                            416: {"description": "Range not satisfiable", **PROBLEM},
                                            422: {"description": "Invalid input", **PROBLEM}}
@@ -59,7 +61,7 @@ def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
 @router.get("/sessions/{session_id}/manifests", responses=ERRORS)
 def list_manifests(session_id: str, uow: Uow,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
-                   before_id: Annotated[int | None, Query(ge=1, description="page on: ids below this one")] = None,
+                   before_id: Annotated[int | None, Query(ge=1, le=ROW_ID_MAX, description="page on: ids below this one")] = None,
                    ) -> dict[str, Any]:
     """The manifests persisted for this session's served requests, newest first."""
     with uow() as db:
@@ -67,7 +69,7 @@ def list_manifests(session_id: str, uow: Uow,
 
 
 @router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=ERRORS)
-def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1)], uow: Uow) -> dict[str, Any]:
+def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1, le=ROW_ID_MAX)], uow: Uow) -> dict[str, Any]:
     """One persisted manifest, as it was served (``manifest.id`` of a request)."""
     with uow() as db:
         return request_service.get_manifest(db, session_id, manifest_id)
