@@ -165,8 +165,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     from app.adapters.miniswe import TrajectoryFormatError
     from app.bench import BenchError, print_bench, print_summary, run_bench, run_summary, write_json
-    from app.traces import resolve_trace
     from app.domain.errors import TokenizerUnavailable, UnknownProfile
+    from app.traces import resolve_trace
 
     err = Console(stderr=True)
     progress = not args.quiet
