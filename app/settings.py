@@ -39,6 +39,13 @@ class Settings(BaseSettings):
     memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0, description=(
         "byte bound (estimated) of the per-session assembly memo: parsed events, leaf messages, the "
         "previous request's ids; least recently used sessions are dropped and re-read from the database"))
+    max_payload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description=(
+        "largest payload a POST may store, in bytes: a tool result's payload (UTF-8) or a message's canonical "
+        "JSON (content, reasoning, tool calls); larger answers 413 and stores nothing (the largest in the shared "
+        "traces is 110,817 bytes)"))
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1, description=(
+        "largest HTTP request body, in bytes: 413 before the body is read when Content-Length says more; a "
+        "streamed body is cut off at the limit (the largest POST of the shared traces is 114,098 bytes)"))
     redis_timeout_seconds: float = Field(default=0.05, gt=0, description=(
         "Redis socket timeout in seconds; past it ctxd encodes locally (counted, never an error)"))
     redis_ttl_seconds: int = Field(default=7 * 24 * 3600, gt=0, description=(

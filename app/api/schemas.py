@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-EventId = Annotated[str, Field(min_length=1, max_length=200)]
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (U+0000): identifiers and the system text are stored as "
+                         "SQL text, which cannot hold one (payloads and message text can)")
+    return value
+
+
+NoNul = AfterValidator(_no_nul)
+EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
 #: The largest row id (a signed 64-bit BIGINT on PostgreSQL, INTEGER on SQLite): a larger id in a
 #: path or query is 422, not an overflow in the database driver (a 500).
 ROW_ID_MAX = 2**63 - 1
@@ -18,7 +29,7 @@ class Strict(BaseModel):
 
 
 class ConstraintIn(Strict):
-    id: Annotated[str, Field(min_length=1, max_length=200)]
+    id: Annotated[str, Field(min_length=1, max_length=200), NoNul]
     text: Annotated[str, Field(min_length=1)]
 
 
@@ -44,19 +55,23 @@ class FunctionDecl(BaseModel):
 
     @field_validator("parameters")
     @classmethod
-    def _json_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A valid JSON Schema, as OpenAI and mistral-common require (mistral-common refuses the
-        whole request otherwise, which once surfaced as a 500 on GET request: found by
-        tests/api/test_schema_fuzz.py)."""
-        if value is not None:
-            from jsonschema import Draft7Validator
-            from jsonschema.exceptions import SchemaError
+    def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """README "Provider rules": a JSON Schema (draft 7, as mistral-common checks it) whose
+        top level is ``"type": "object"`` (OpenAI and Anthropic ``input_schema``). mistral-common
+        refuses the whole request otherwise, which once surfaced as a 500 on GET request (found
+        by tests/api/test_schema_fuzz.py)."""
+        if not value:
+            return value
+        from jsonschema import Draft7Validator
+        from jsonschema.exceptions import SchemaError
 
-            try:
-                Draft7Validator.check_schema(value)
-            except SchemaError as exc:
-                where = "/".join(map(str, exc.path)) or "(top level)"
-                raise ValueError(f"not a valid JSON Schema (draft 7) at {where}: {exc.message}") from None
+        try:
+            Draft7Validator.check_schema(value)
+        except SchemaError as exc:
+            where = "/".join(map(str, exc.path)) or "(top level)"
+            raise ValueError(f"parameters is not a valid JSON Schema (draft 7) at {where}: {exc.message}") from None
+        if value.get("type") != "object":
+            raise ValueError('parameters must be a JSON Schema with "type": "object" at the top level')
         return value
 
 
@@ -80,7 +95,7 @@ class SessionCreate(Strict):
         "name a vLLM server was started with (--served-model-name); default: the profile's model. The "
         "chat template does not render it: token counts do not change"))
     contract: ContractIn
-    system: str = ""
+    system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -112,8 +127,8 @@ class SessionOut(BaseModel):
 
 
 class ToolCallIn(Strict):
-    call_id: Annotated[str, Field(min_length=1, max_length=200)]
-    name: Annotated[str, Field(min_length=1, max_length=64)]
+    call_id: CallId
+    name: Annotated[str, Field(min_length=1, max_length=64), NoNul]
     arguments: str = Field(default="{}", description="JSON text as the model produced it (an object is serialised)")
 
     @field_validator("arguments", mode="before")
@@ -136,6 +151,9 @@ class MessageIn(Strict):
     def _calls(self) -> "MessageIn":
         if self.role == "user" and (self.tool_calls or self.reasoning):
             raise ValueError("a user message carries neither tool_calls nor reasoning")
+        if self.role == "user" and not self.content.strip():
+            raise ValueError("a user message needs text other than whitespace (Anthropic refuses empty text "
+                             "content; README \"Provider rules\")")
         ids = [c.call_id for c in self.tool_calls]
         if len(set(ids)) != len(ids):
             raise ValueError("tool call ids must be unique within a message")
@@ -145,7 +163,7 @@ class MessageIn(Strict):
 class BindingIn(Strict):
     """Eq. 5 binding; ``revision`` omitted binds to the artifact's current revision."""
 
-    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    artifact: ArtifactName
     kind: Annotated[str, Field(min_length=1, max_length=64)]
     revision: Annotated[int, Field(ge=0)] | None = None
     range: str | None = None
@@ -155,7 +173,7 @@ class BindingIn(Strict):
 class ToolResultIn(Strict):
     event_id: EventId
     kind: Literal["tool_result"]
-    call_id: Annotated[str, Field(min_length=1, max_length=200)]
+    call_id: CallId
     payload: str
     exit_code: int | None = None
     binding: BindingIn | None = None
@@ -165,7 +183,7 @@ class ToolResultIn(Strict):
 class ArtifactWriteIn(Strict):
     event_id: EventId
     kind: Literal["artifact_write"]
-    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    artifact: ArtifactName
     content_hash: str | None = None
 
 
@@ -198,3 +216,27 @@ class EventBatchOut(BaseModel):
 class AssembledRequest(BaseModel):
     request: dict[str, Any]
     manifest: dict[str, Any]
+
+
+class PreconditionIn(Strict):
+    """The state of ``artifact`` an action was planned on: its ``revision`` (the
+    server's counter; an artifact never written is at 0) and/or its ``content_hash``."""
+
+    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    revision: Annotated[int, Field(ge=0)] | None = None
+    content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "PreconditionIn":
+        if self.revision is None and self.content_hash is None:
+            raise ValueError("give revision or content_hash (or both)")
+        return self
+
+
+class PreconditionOut(BaseModel):
+    """The precondition holds: the artifact's current state."""
+
+    artifact: str
+    revision: int
+    content_hash: str | None = None
+    holds: Literal[True] = True

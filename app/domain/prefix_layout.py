@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
 from typing import Any, Mapping
 
 from app.domain.layout import Conversation, LeafMessage
+from app.domain.memo import bounded_memo
 
 
 def _sha(value: Any) -> str:
@@ -25,7 +25,18 @@ def _leaf_key(m: LeafMessage) -> list[Any]:
     return [m.seq, m.role, _leaf_digest(m)]
 
 
-@lru_cache(maxsize=65536)
+def leaf_chars(m: LeafMessage, *_: object) -> int:
+    """Characters of a leaf message's texts (content, reasoning, call arguments): the size
+    by which memos keyed by messages are bounded (app.domain.memo.bounded_memo)."""
+    n = len(m.content)
+    if m.reasoning:
+        n += len(m.reasoning)
+    for call in m.tool_calls:
+        n += len(call.arguments)
+    return n
+
+
+@bounded_memo(65536, 4096, leaf_chars)  # messages of up to 4,096 characters: at most 256 M characters
 def _leaf_digest(m: LeafMessage) -> str:
     """16 hex chars of sha256 over the message's role, content, call id, reasoning and
     calls (memoized: a session's leaf is mostly the previous request's messages)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,9 +11,10 @@ import orjson
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
-from app.domain.errors import ManifestNotFound, UnsupportedFormat
+from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
+from app.domain.types import ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo, memo_of
 from app.services.sessions import require_session_row
@@ -35,8 +37,13 @@ class AssembledRequest:
 
 
 def request_bytes(body: dict[str, Any]) -> bytes:
-    """The canonical bytes of a request body (what byte-identity is checked on)."""
-    return orjson.dumps(body)
+    """The canonical bytes of a request body (what byte-identity is checked on): orjson's
+    compact JSON, or the same compact form from ``json`` for what orjson refuses (an
+    integer beyond 64 bits in a tool call's parsed arguments, the Anthropic ``input``)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def prompt_cache_key(session_id: str) -> str:
@@ -46,12 +53,21 @@ def prompt_cache_key(session_id: str) -> str:
 
 def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str, model: str | None = None) -> dict[str, Any]:
     """The wire body for ``fmt`` (openai, anthropic, tokens); its ``model`` is ``model`` (the
-    session's own) or else the profile's. Raises UnsupportedFormat."""
+    session's own) or else the profile's. Raises UnsupportedFormat.
+
+    openai: the profile's ``chat_template_kwargs`` ride along (only when it declares some),
+    and a meter that counted other messages than the plain serialization (mistral-tekken:
+    ``Measurement.extra["openai_messages"]``) has those served, so the body is what was counted."""
     conversation = assembly.conversation
     model = model or profile.model
     if fmt == "openai":
-        return openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
-                                     prompt_cache_key=prompt_cache_key(session_id))
+        body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
+                                     prompt_cache_key=prompt_cache_key(session_id),
+                                     chat_template_kwargs=profile.chat_template_kwargs)
+        counted = assembly.measurement.extra.get("openai_messages")
+        if isinstance(counted, list):
+            body["messages"] = counted
+        return body
     if fmt == "anthropic":
         return anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
     if fmt == "tokens":
@@ -112,6 +128,51 @@ def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str,
     return report, info
 
 
+#: GETs that look a missing payload count up in storage before giving up on it (the count is
+#: computed after the output's POST; a failed or slow count must not cost a read per GET).
+COUNT_LOOKUPS = 3
+
+
+def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str, str]:
+    return ("payload_tokens", tokenizer_id, handle)
+
+
+def remember_payload_tokens(meters: MeterRegistry, session_id: str, tokenizer_id: str, counts: dict[str, int]) -> None:
+    """Keep counts just computed for a session's outputs in this worker's memo, so its next
+    GETs need not read them back (another worker reads them from storage)."""
+    stash = memo_of(meters).leaf_cache(session_id)
+    for handle, count in counts.items():
+        stash[_count_key(tokenizer_id, handle)] = count
+
+
+def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: dict[Any, Any]) -> dict[str, int]:
+    """Exact token counts of the session's tool outputs known so far (handle -> tokens, under
+    the meter's tokenizer). Counts never change, so each is read from the payloads table
+    once and kept in the session's memo (``stash``, its leaf cache); an output whose count
+    is not stored yet is looked up again on at most ``COUNT_LOOKUPS`` GETs (one SELECT for
+    all such outputs), so a GET reads only the few newest (issue 9, item 7)."""
+    tokenizer_id = getattr(meter, "tokenizer_id", None)
+    if tokenizer_id is None:
+        return {}
+    out: dict[str, int] = {}
+    missing: list[str] = []
+    for event in events:
+        if isinstance(event, ToolResultEvent):
+            count = stash.get(_count_key(tokenizer_id, event.handle))
+            if count is not None:
+                out[event.handle] = count
+            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
+                missing.append(event.handle)
+    if missing:
+        for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
+            if count is not None:
+                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
+        for handle in missing:
+            key = ("payload_tokens_lookups", tokenizer_id, handle)
+            stash[key] = stash.get(key, 0) + 1
+    return out
+
+
 def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
                      fmt: str = "openai") -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
@@ -123,7 +184,10 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
 
     Raises:
         SessionNotFound (404), UnsupportedFormat (422), PinnedOverBudget (422): the root,
-        trunk and next step alone exceed ``input_limit`` (eq. 1).
+        trunk and next step alone exceed ``input_limit`` (eq. 1); NewestGroupOverBudget
+        (422): the newest turn group cannot fit even bounded; TemplateUnsupported /
+        ServerFault (500): the profile's template cannot be counted by zone, or a storage
+        invariant broke.
     """
     if fmt not in FORMATS:
         raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
@@ -133,13 +197,15 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     meter = meters.get(profile)
     memo = memo_of(meters)
     events = memo.events(db, session_id, row.last_seq)
+    leaf_cache = memo.leaf_cache(session_id)
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
-                               render_reasoning=profile.render_reasoning,
-                               leaf_cache=memo.leaf_cache(session_id))
+                               render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
+                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
-        assert stored == handle  # content-addressed: the note names exactly what is stored
+        if stored != handle:  # content-addressed: the note must name exactly what is stored
+            raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     body = serialize(assembly, profile, fmt, session_id=session_id, model=row.model)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement
@@ -162,7 +228,12 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         "items": list(assembly.items),
         "elided": list(assembly.elided),
         "elided_tokens": elided_tokens + capped_tokens,
-        "layout_warnings": list(assembly.warnings),
+        # False while some elided or cut output's token count is not known yet (it is counted
+        # once after its POST): elided_tokens then sums the known ones
+        "elided_tokens_exact": all(i.get("tokens_known", True) for i in (*assembly.elided, *assembly.items)
+                                   if i.get("representation") in ("elided", "head_tail")),
+        "layout_warnings": list(assembly.warnings)
+        + (anthropic_wire.layout_warnings(assembly.conversation) if fmt == "anthropic" else []),
     }
     if fmt == "anthropic":
         manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
+                        UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -51,6 +52,25 @@ class EventRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class ToolCallRow(Base):
+    """One row per tool call declared by an assistant message: the seq of that message and,
+    once posted, the seq of its one result. The primary key (session_id, call_id) makes a
+    call id unique in its session; ``result_seq`` is one column, so a call has at most one
+    result, and (session_id, result_seq) is unique, so an event answers at most one call.
+    Ingest checks a batch's call ids against this table only (O(batch), issue 9 item 5)."""
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (
+        UniqueConstraint("session_id", "result_seq", name="uq_tool_calls_session_result_seq"),
+        CheckConstraint("result_seq IS NULL OR result_seq > call_seq", name="ck_tool_calls_result_after_call"),
+    )
+
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    call_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    call_seq: Mapped[int] = mapped_column(Integer)
+    result_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
 class PayloadRow(Base):
     """Raw payloads, content-addressed by sha256 of their bytes, stored once."""
 
@@ -59,6 +79,8 @@ class PayloadRow(Base):
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
     data: Mapped[bytes] = mapped_column(LargeBinary)
+    # exact token count per tokenizer id ({id: tokens}), null until counted (issue 9 item 7)
+    token_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -164,7 +164,7 @@ def test_startup_log_names_the_absolute_data_dir(tmp_path: Path, monkeypatch: py
     ready = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ctxd ready")]
     absolute = tmp_path.resolve() / "relative-data"
     assert ready == [f"ctxd ready: data directory {absolute}, database sqlite:///{absolute / 'ctxd.sqlite3'}, "
-                     "profiles ['mistral-tekken', 'qwen3', 'qwen3-128k']"]
+                     "profiles ['mistral-tekken', 'qwen3', 'qwen3-128k', 'qwen3-nothink']"]
 
 
 def test_startup_log_hides_the_database_password(postgres_url: str, tmp_path: Path,

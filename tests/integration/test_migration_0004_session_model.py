@@ -1,4 +1,4 @@
-"""Migration 0003 (sessions.model) on SQLite and PostgreSQL: a session created before it
+"""Migration 0004_session_model (sessions.model) on SQLite and PostgreSQL: a session created before it
 keeps working (its bodies name the profile's model), a session created after stores its
 own, and the migration goes down and up again."""
 
@@ -15,6 +15,9 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
+
+#: The revision before sessions.model.
+PREVIOUS = "0003_ingest"
 
 OLD_SESSION = sa.text(
     "INSERT INTO sessions (id, profile, contract, system, tools, metadata, last_seq, cut_seq, created_at) "
@@ -40,7 +43,7 @@ def _columns(url: str) -> set[str]:
 
 def test_sessions_model_migrates_up_and_down(database_url: str, tmp_path: Path) -> None:
     config = alembic_config(database_url)
-    command.upgrade(config, "0002")
+    command.upgrade(config, PREVIOUS)
     engine = sa.create_engine(database_url)
     with engine.begin() as conn:
         conn.execute(OLD_SESSION)
@@ -57,7 +60,19 @@ def test_sessions_model_migrates_up_and_down(database_url: str, tmp_path: Path) 
         assert r.status_code == 201, r.text
         assert client.get(f"/v1/sessions/{r.json()['id']}/request").json()["request"]["model"] == "qwen3-8b-awq"
 
-    command.downgrade(config, "0002")
+    command.downgrade(config, PREVIOUS)
     assert "model" not in _columns(database_url)
     command.upgrade(config, "head")
     assert "model" in _columns(database_url)
+
+
+def test_the_migrations_have_one_head_and_one_line() -> None:
+    """Branches merged with their own migrations keep one line of revisions (the renumbering of
+    0003_session_model to 0004 after 0003_ingest): one head, one base, every revision reached."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert scripts.get_heads() == ["0004_session_model"]
+    assert scripts.get_bases() == ["0001"]
+    line = [s.revision for s in scripts.walk_revisions()]
+    assert line == ["0004_session_model", "0003_ingest", "0002", "0001"]

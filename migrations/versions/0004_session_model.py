@@ -1,13 +1,13 @@
 """a session's own ``model`` for its request bodies (NULL: the profile's model)
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004_session_model
+Revises: 0003_ingest
 """
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004_session_model"
+down_revision = "0003_ingest"
 branch_labels = None
 depends_on = None
 
