@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 from tests.api.test_api import SESSION, assert_problem, assistant, new_session, post, result
 
 FORMATS = ("openai", "anthropic", "tokens")
-PROFILE_MODELS = {"qwen3": "Qwen/Qwen3-8B", "qwen3-128k": "Qwen/Qwen3-8B", "mistral-tekken": "mistral-small-2407"}
+PROFILE_MODELS = {"qwen3": "Qwen/Qwen3-8B", "qwen3-128k": "Qwen/Qwen3-8B", "qwen3-nothink": "Qwen/Qwen3-8B",
+                  "mistral-tekken": "mistral-small-2407"}
 
 
 def _fill(client: TestClient, sid: str) -> None:
@@ -36,7 +37,7 @@ def test_model_defaults_to_the_profiles(client: TestClient, profile: str) -> Non
         assert out["request"]["model"] == PROFILE_MODELS[profile], fmt
 
 
-@pytest.mark.parametrize("profile", ["qwen3", "mistral-tekken"])
+@pytest.mark.parametrize("profile", ["qwen3", "qwen3-nothink", "mistral-tekken"])
 @pytest.mark.parametrize("model", ["qwen3-8b-awq", "accounts/fireworks/models/qwen3-8b",
                                    "anthropic.claude-3-5-sonnet-20240620-v1:0", "modèle-β"])
 def test_session_model_is_the_model_of_every_format(client: TestClient, profile: str, model: str) -> None:
@@ -56,6 +57,8 @@ def test_session_model_is_the_model_of_every_format(client: TestClient, profile:
         assert with_model[fmt]["manifest"]["tokens"] == without[fmt]["manifest"]["tokens"], fmt
         rest = {k: v for k, v in with_model[fmt]["request"].items() if k not in ("model", "prompt_cache_key")}
         assert rest == {k: v for k, v in without[fmt]["request"].items() if k not in ("model", "prompt_cache_key")}, fmt
+    if profile == "qwen3-nothink":  # the serving engine still gets the kwargs that were counted
+        assert with_model["openai"]["request"]["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 @pytest.mark.parametrize("bad", ["", " Qwen/Qwen3-8B", "Qwen/Qwen3-8B\n", "qwen 3", "a\x00b", "x" * 257, 17, ["m"]])
