@@ -189,8 +189,10 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
         "# ctxd eval: context policies replayed on recorded trajectories",
         "",
         f"Profile `{results['profile']}` (W = {info['window']:,}, O = {info['output_reserve']:,}, "
-        f"M = {info['headroom']:,}, input_limit = {info['input_limit']:,}, low watermark = "
-        f"{_fmt(info.get('low_watermark'))}, cache {info['cache']}); prices ${results['prices_usd_per_mtok']['uncached_input']}"
+        f"M = {info['headroom']:,}, input_limit = {info['input_limit']:,}, watermarks T_hi / T_lo = "
+        f"{_fmt((info.get('watermarks') or {}).get('t_hi'))} / {_fmt(info.get('low_watermark'))}, K = "
+        f"{_fmt((info.get('watermarks') or {}).get('keep_groups'))}, record budget = "
+        f"{_fmt((info.get('watermarks') or {}).get('record_tokens'))}, cache {info['cache']}); prices ${results['prices_usd_per_mtok']['uncached_input']}"
         f" per million uncached and ${results['prices_usd_per_mtok']['cached_input']} per million cached input tokens "
         "(output not counted).",
         f"{len(results['traces'])} traces, {results['calls_per_policy']:,} model calls per policy, "
@@ -313,8 +315,11 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
                 ls=POLICY_STYLES.get(p, "-"), lw=1.5)
     ax.axhline(limit, color="black", ls="--", lw=1, label=f"input_limit W-O-M = {limit:,}")
     ax.axhline(window - reserve, color="grey", ls=":", lw=1, label=f"W - O = {window - reserve:,}")
+    marks = info.get("watermarks") or {}
+    if marks.get("t_hi"):
+        ax.axhline(marks["t_hi"], color="tab:orange", ls="-.", lw=1, label=f"trigger T_hi = {marks['t_hi']:,}")
     if info.get("low_watermark"):
-        ax.axhline(info["low_watermark"], color="tab:green", ls="-.", lw=1, label=f"low watermark T_lo = {info['low_watermark']:,}")
+        ax.axhline(info["low_watermark"], color="tab:green", ls="-.", lw=1, label=f"target T_lo = {info['low_watermark']:,}")
     ax.set_xlabel(f"model call ({trace})")
     ax.set_ylabel("request tokens")
     ax.set_title("Request length over calls")

