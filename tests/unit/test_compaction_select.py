@@ -134,7 +134,13 @@ def test_passes_do_not_thrash_and_keep_what_they_must(path: Path) -> None:
     result (parallel calls too), the newest group in the leaf. After a pass: at or below
     T_lo (unless the newest group alone is larger), every protected field of the folded
     events still in the trunk. Between passes: the trunk is unchanged and the previous leaf
-    is a prefix of the new one (each call adds only its new turn). Passes per call <= 0.25."""
+    is a prefix of the new one (each call adds only its new turn). Passes per call <= 0.25.
+
+    Peer faults of this kind: a split inside a tool-call batch left an orphan tool message
+    (odysseus-dev/odysseus#1909, bug-ops/zeph#3255); the recent messages kept only on the
+    first turn after a compaction (open-webui/open-webui#27037); a re-compaction summarising
+    the previous summary (BerriAI/litellm#28868): here the record of a later pass equals the
+    record built afresh from the log."""
     calls = list(replay(path, Fold(MARKS)))
     passes = 0
     previous: Call | None = None
@@ -154,6 +160,10 @@ def test_passes_do_not_thrash_and_keep_what_they_must(path: Path) -> None:
             assert check_protected(protected_inventory([e for e in call.events if e.seq in set(a.record.folded_seqs)],
                                                        _contract(path)), [conv.trunk]) == []
             assert not any("protected" in w for w in a.warnings)
+            groups_now, _, _ = build_turn_groups(call.events)
+            fresh = build_record(_contract(path), call.events, groups_now, fold_seq=a.cut_seq,
+                                 budget_tokens=MARKS.record_tokens, count=WordMeter().count_text)
+            assert render_record(fresh) == conv.trunk, "built from the log, never from the previous record"
         elif previous is not None:
             before = previous.assembly.conversation
             assert conv.trunk == before.trunk, "the record changes only at a pass"
@@ -306,6 +316,8 @@ def test_newest_user_message_is_never_folded() -> None:
 
 
 def test_fold_bounds_keep_newest_k_and_pending_calls() -> None:
+    """In-flight calls are never folded (peer fault: 7df-lab/devo#186, auto compaction
+    dropped tool calls still awaiting their results)."""
     events: list[Event] = []
     seq = 1
     for t in range(10):
