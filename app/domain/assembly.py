@@ -735,11 +735,6 @@ def assemble_window(
                 entry["why"] = "oldest complete turn group evicted to fit the budget (eq. 1)"
                 elided.append(entry)
     for write in writes:
-        if fold is not None and write.seq < cut_seq:
-            items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": "trunk",
-                          "representation": "folded",
-                          "why": f"{write.artifact} r{write.revision}: " + folded_why(write.seq, previous_cut_seq, cut_seq)})
-            continue
         items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
                       "representation": "not_rendered", "why": f"artifact revision bookkeeping ({write.artifact} r{write.revision})"})
     items.extend(note_items(events))
@@ -750,6 +745,11 @@ def assemble_window(
         if isinstance(older, StepEvent) and older is not step:
             items.append({"seq": older.seq, "event_id": older.event_id, "kind": "step", "zone": None,
                           "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
+    if fold is not None:  # bookkeeping before the fold point (notes, older steps) is in the record
+        for entry in items:
+            if entry["seq"] < cut_seq and entry["representation"] in ("not_rendered", "superseded"):
+                entry["why"] = f"{entry['why']}; " + folded_why(entry["seq"], previous_cut_seq, cut_seq)
+                entry["representation"], entry["zone"] = "folded", "trunk"
     neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
     for entry in items:
         if entry["seq"] in neutralised:
