@@ -10,6 +10,7 @@ file, 3 the server could not be reached.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -150,6 +151,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def sweep_policies(t_hi: str, k: str, record: str, lo_ratio: float) -> list[str]:
+    """The sweep's select settings as policy names (every T_hi x K x record budget)."""
+    from app.eval.policies import SweepSetting
+
+    his = [float(x) for x in t_hi.split(",") if x.strip()]
+    return [SweepSetting(hi, round(hi * lo_ratio, 4), int(kk), int(r)).name
+            for hi in his for kk in k.split(",") if kk.strip() for r in record.split(",") if r.strip()]
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -207,7 +217,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from app.eval.report import default_prices, profile_info, write_report
 
     err = Console(stderr=True)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = [p.strip() for p in re.split(r",(?![^\[]*\])", args.policies) if p.strip()]
+    policies += sweep_policies(args.sweep_t_hi, args.sweep_k, args.sweep_record, args.sweep_lo_ratio)
     start = time.perf_counter()
     try:
         info = profile_info(args.profile)
@@ -221,7 +232,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     for policy, entry in results["policies"].items():
         t = entry["total"]
-        err.print(f"{policy:>7}: {t['input_tokens']:>12,} input tokens, reuse {100 * (t['reuse_ratio'] or 0):5.1f}%, "
+        err.print(f"{escape(policy):>7}: {t['input_tokens']:>12,} input tokens, reuse {100 * (t['reuse_ratio'] or 0):5.1f}%, "
                   f"${t['cost_usd']:,.2f}, over limit {t['over_limit']}", highlight=False)
     err.print(f"{run.calls_per_policy:,} model calls x {len(policies)} policies over {len(run.traces)} traces in "
               f"{elapsed:.1f} s ({run.workers} worker(s)); report in {escape(str(args.out))}/report.md", highlight=False)
@@ -356,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="USD per million cached input tokens (default: the profile's, else 0.30)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--sweep-t-hi", default="", metavar="FRACTIONS",
+                   help="also replay select at each T_hi (fractions of input_limit, e.g. 0.3,0.4,0.5): the report's "
+                        "sweep table (issue 10); each setting is the policy select[hi=..,lo=..,k=..,r=..]")
+    p.add_argument("--sweep-k", default="3", metavar="K", help="K values of the sweep (default: %(default)s)")
+    p.add_argument("--sweep-record", default="1500", metavar="TOKENS",
+                   help="record budgets of the sweep (default: %(default)s)")
+    p.add_argument("--sweep-lo-ratio", type=float, default=0.4, metavar="R",
+                   help="T_lo = R * T_hi in the sweep (default: %(default)s)")
     p.set_defaults(handler=_cmd_eval)
     return parser
 

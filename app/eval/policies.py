@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.adapters import miniswe
+from app.domain.compaction.record import render_record
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
 
@@ -180,12 +181,15 @@ _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{12,64}(?![0-9a-f])")
 
 
 class _ServiceRun:
-    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, *, policy: str) -> None:
+    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, *, policy: str,
+                 setting: SweepSetting | None = None) -> None:
         from app.api.schemas import SessionCreate
         from app.services import sessions as session_service
 
         self.ctx = ctx
         self.policy = policy
+        limit = ctx.profiles.get(ctx.profile).budget.input_limit
+        self.watermarks = setting.watermarks(limit) if setting is not None else None
         body = SessionCreate.model_validate(miniswe.session_create_body(traj, profile=ctx.profile))
         with ctx.unit_of_work() as db:
             self.session_id = session_service.create_session(
@@ -231,7 +235,7 @@ class _ServiceRun:
         try:
             with self.ctx.unit_of_work() as db:
                 out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai",
-                                       policy=self.policy)
+                                       policy=self.policy, watermarks=self.watermarks)
         except PinnedOverBudget as exc:
             return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
                                input_limit=self.input_limit, error=str(exc))
@@ -239,7 +243,7 @@ class _ServiceRun:
         tokens = manifest["tokens"]
         record = out.assembly.record
         return RequestView(compaction_pass=bool(manifest["compaction"]["pass"]),
-                           trunk_text=out.assembly.conversation.trunk if record is not None else "",
+                           trunk_text=render_record(record, with_contract=False) if record is not None else "",
                            messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
                            total=int(tokens["total"]), by_zone=dict(tokens["by_zone"]), by_role=dict(tokens["by_role"]),
                            cached=int(manifest["cache"]["predicted_cached_tokens"]),
@@ -253,9 +257,50 @@ class ServicePolicy:
 
     name: str
     infer_bindings: bool
+    setting: SweepSetting | None = None  # select with these watermarks instead of the profile's
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
-        return _ServiceRun(traj, ctx, policy=self.name)
+        return _ServiceRun(traj, ctx, policy="select" if self.setting is not None else self.name, setting=self.setting)
+
+
+@dataclass(frozen=True)
+class SweepSetting:
+    """One point of the watermark sweep (issue 10 item 2): ``T_hi`` and ``T_lo`` as
+    fractions of ``input_limit``, K and the record budget (tokens). Named
+    ``select[hi=0.35,lo=0.14,k=3,r=1500]`` in ``ctxd eval --policies``."""
+
+    hi: float
+    lo: float
+    keep_groups: int
+    record_tokens: int
+
+    @property
+    def name(self) -> str:
+        return f"select[hi={self.hi:g},lo={self.lo:g},k={self.keep_groups},r={self.record_tokens}]"
+
+    def watermarks(self, input_limit: int) -> Any:
+        from app.domain.compaction.watermarks import Watermarks
+
+        return Watermarks.of_limit(input_limit, hi=self.hi, lo=self.lo, keep_groups=self.keep_groups,
+                                   record_tokens=self.record_tokens)
+
+    @classmethod
+    def parse(cls, name: str) -> SweepSetting:
+        """``select[hi=..,lo=..,k=..,r=..]`` (any order; lo defaults to 0.4 * hi, k to 3, r
+        to 1500). ValueError otherwise."""
+        match = _SWEEP.fullmatch(name)
+        if match is None:
+            raise ValueError(f"not a sweep setting: {name!r}")
+        values = dict(part.split("=", 1) for part in match.group(1).split(",") if part)
+        unknown = set(values) - {"hi", "lo", "k", "r"}
+        if unknown or "hi" not in values:
+            raise ValueError(f"sweep setting {name!r}: give hi (and lo, k, r); unknown {sorted(unknown)}")
+        hi = float(values["hi"])
+        return cls(hi=hi, lo=float(values.get("lo", 0.4 * hi)), keep_groups=int(values.get("k", 3)),
+                   record_tokens=int(values.get("r", 1500)))
+
+
+_SWEEP = re.compile(r"select\[([a-z0-9=.,]*)\]")
 
 
 POLICIES: dict[str, Policy] = {
@@ -266,7 +311,13 @@ POLICIES: dict[str, Policy] = {
 
 
 def get_policy(name: str) -> Policy:
-    """The policy called ``name``. Raises ValueError naming the known ones."""
+    """The policy called ``name``: one of :data:`POLICIES`, or a sweep setting
+    ``select[hi=..,lo=..,k=..,r=..]`` (:class:`SweepSetting`). Raises ValueError naming the
+    known ones."""
+    if name.startswith("select["):
+        setting = SweepSetting.parse(name)
+        setting.watermarks(10**9)  # validates 0 < lo < hi
+        return ServicePolicy(name, infer_bindings=True, setting=setting)
     try:
         return POLICIES[name]
     except KeyError:

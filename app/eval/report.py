@@ -100,6 +100,7 @@ def build_results(run: EvalRun, prices: metrics.Prices, profile_info: dict[str, 
     return {
         "profile": run.profile,
         "profile_info": profile_info,
+        "sweep": sweep_rows(policies, profile_info),
         "prices_usd_per_mtok": {"uncached_input": prices.uncached, "cached_input": prices.cached},
         "policies": policies,
         "provider": {"note": "what the provider billed for the real run (DeepSeek's tokenizer; cost as recorded, "
@@ -110,6 +111,39 @@ def build_results(run: EvalRun, prices: metrics.Prices, profile_info: dict[str, 
         "traces": run.traces,
         "notes": NOTES,
     }
+
+
+GROUNDING_FLOOR = 0.95  # issue 10: ship the cost optimum that keeps grounding at or above this
+
+
+def sweep_rows(policies: dict[str, Any], info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The watermark sweep table (issue 10 item 2): one row per select policy (the
+    profile's ``select`` and every ``select[hi=..,lo=..,k=..,r=..]``) with its settings in
+    tokens, tokens and cost against append, grounding (direct, via handle, via record),
+    passes per call (overall and the largest on a trace of 20 calls or more), requests over
+    input_limit and constraint retention; ``optimum`` marks the cheapest row whose
+    grounding is at least 0.95."""
+    from app.eval.policies import SweepSetting
+
+    limit = int(info.get("input_limit") or 0)
+    rows = []
+    for name, entry in policies.items():
+        if not name.startswith("select"):
+            continue
+        if name == "select":
+            marks = dict(info.get("watermarks") or {})
+        else:
+            marks = SweepSetting.parse(name).watermarks(limit).as_dict()
+        t = entry["total"]
+        rows.append({"policy": name, **marks, "t_hi_fraction": marks.get("t_hi", 0) / limit if limit else None,
+                     **{k: t.get(k) for k in ("input_vs_append", "cost_vs_append", "grounding", "grounding_via_handle",
+                                              "grounding_via_record", "passes_per_call", "max_passes_per_call_20",
+                                              "over_limit", "constraint_retention", "input_tokens", "cost_usd")},
+                     "optimum": False})
+    eligible = [r for r in rows if (r["grounding"] or 0) >= GROUNDING_FLOOR and r["cost_usd"] is not None]
+    if eligible:
+        min(eligible, key=lambda r: r["cost_usd"])["optimum"] = True
+    return sorted(rows, key=lambda r: (r["t_hi"] or 0, r["keep_groups"] or 0, r["record_tokens"] or 0, r["policy"]))
 
 
 NOTES = [
@@ -203,6 +237,18 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
     ]
     rows = [[p] + [_fmt(entry["total"].get(k), kind) for k, _, kind in TOTAL_COLUMNS] for p, entry in pols.items()]
     lines += _table(["policy"] + [h for _, h, _ in TOTAL_COLUMNS], rows)
+    if results.get("sweep"):
+        lines += ["", "## Watermark sweep (select)", "",
+                  f"Cost optimum with grounding >= {GROUNDING_FLOOR}: marked *; T_hi and T_lo in tokens.", ""]
+        rows = [[("* " if r["optimum"] else "") + r["policy"], _fmt(r.get("t_hi")), _fmt(r.get("t_lo")),
+                 _fmt(r.get("keep_groups")), _fmt(r.get("record_tokens")), _fmt(r["input_vs_append"], "ratio"),
+                 _fmt(r["cost_vs_append"], "ratio"), _fmt(r["grounding"], "frac"), _fmt(r["grounding_via_handle"], "frac"),
+                 _fmt(r["grounding_via_record"], "frac"), _fmt(r["passes_per_call"], "frac"),
+                 _fmt(r["max_passes_per_call_20"], "frac"), _fmt(r["over_limit"]), _fmt(r["constraint_retention"], "frac")]
+                for r in results["sweep"]]
+        lines += _table(["policy", "T_hi", "T_lo", "K", "record budget", "input vs append", "cost vs append",
+                         "grounding", "via handle", "via record", "passes per call", "max passes per call (>= 20 calls)",
+                         "over limit", "constraint retention"], rows)
     lines += ["", "Supporting detail:", ""]
     rows = [[p, _fmt(e["total"]["superseded_pairs"]), _fmt(e["total"]["stale_support_rate"], "frac"),
              _fmt(e["total"]["grounding_calls"]), _fmt(e["total"]["max_input_tokens"]), _fmt(e["total"]["errors"])]

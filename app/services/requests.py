@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window, build_turn_groups
 from app.domain.compaction.fold import Fold, fold_record
+from app.domain.compaction.watermarks import Watermarks
 from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
@@ -178,7 +179,8 @@ POLICIES = ("select", "window")
 
 
 def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
-                     fmt: str = "openai", policy: str = "select") -> AssembledRequest:
+                     fmt: str = "openai", policy: str = "select",
+                     watermarks: Watermarks | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
@@ -196,6 +198,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
 
     ``policy``: ``select`` (compaction with a progress record, seed 000 sections 4.5-4.6) or
     ``window`` (eviction only: the evaluation's baseline); ValueError for another.
+    ``watermarks``: select's settings instead of the profile's (the ``ctxd eval`` sweep).
     """
     if fmt not in FORMATS:
         raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
@@ -212,7 +215,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
                                render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
                                payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache),
-                               fold=Fold(profile.watermarks) if policy == "select" else None)
+                               fold=Fold(watermarks or profile.watermarks) if policy == "select" else None)
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
         if stored != handle:  # content-addressed: the note must name exactly what is stored
@@ -244,7 +247,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         # once after its POST): elided_tokens then sums the known ones
         "elided_tokens_exact": all(i.get("tokens_known", True) for i in (*assembly.elided, *assembly.items)
                                    if i.get("representation") in ("elided", "head_tail")),
-        "compaction": compaction_report(assembly, policy, profile),
+        "compaction": compaction_report(assembly, policy, watermarks or profile.watermarks),
         "layout_warnings": list(assembly.warnings)
         + (anthropic_wire.layout_warnings(assembly.conversation) if fmt == "anthropic" else []),
     }
@@ -258,13 +261,13 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
 
 
-def compaction_report(assembly: Assembly, policy: str, profile: Profile) -> dict[str, Any]:
+def compaction_report(assembly: Assembly, policy: str, watermarks: Watermarks) -> dict[str, Any]:
     """The manifest's ``compaction``: the policy, whether this request ran a pass (the cut
     moved: groups folded, or evicted under window), the watermarks, and the record's size
     and fold point (select)."""
     out: dict[str, Any] = {"policy": policy, "pass": assembly.evicted_now > 0, "groups_folded_now": assembly.evicted_now}
     if policy == "select":
-        out["watermarks"] = profile.watermarks.as_dict()
+        out["watermarks"] = watermarks.as_dict()
         record = assembly.record
         if record is not None:
             out["record"] = {"fold_seq": record.fold_seq, "tokens": record.tokens, "budget": record.budget,
