@@ -110,8 +110,8 @@ def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClien
     evicted, the newest turn and its 10 results stay verbatim (21222 tokens). Under select
     (issue 10, GET /request's default): the four older turns are folded into the trunk's
     progress record (each result's command, exit status, size and handle), the newest turn
-    and its 10 results stay verbatim: 21254 tokens (over T_hi 14080, but the newest group is
-    never folded; within 28160). The trunk names each turn's and each result's handle."""
+    and its 10 results stay verbatim: 21296 tokens (over T_hi, but the newest group is
+    never folded; within 28160; T_hi = 8448). The trunk names each turn's and each result's handle."""
     sid = ten_results_session(client, "qwen3")
     r = client.get(f"/v1/sessions/{sid}/request")
     assert r.status_code == 200, r.text
@@ -120,7 +120,7 @@ def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClien
     assert [m["role"] for m in leaf] == ["assistant"] + ["tool"] * 10
     assert [m["content"] for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}" for j in range(10)]
     assert [c["id"] for c in leaf[0]["tool_calls"]] == [f"n{j}" for j in range(10)]
-    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21254
+    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21296
     assert {e["event_id"]: e["representation"] for e in manifest["elided"]} == \
         {f"old{t}": "folded" for t in range(4)} | {f"r-o{t}c0": "folded" for t in range(4)}
     trunk = body["messages"][1]["content"]
