@@ -256,7 +256,7 @@ class Harness:
 
     def __init__(self, directory: Path) -> None:
         from app.settings import offline_environment
-        from app.store.db import make_engine, make_session_factory
+        from app.store.db import make_engine, make_read_factory, make_session_factory
         from app.store.migrate import upgrade_head
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
 
@@ -265,7 +265,9 @@ class Harness:
         upgrade_head(url)
         self.engine = make_engine(url)
         self.factory = make_session_factory(self.engine)
+        self.read_factory = make_read_factory(self.engine)
         self.profiles = ProfileRegistry(load_profiles())
+        self.memos: dict[int, Any] = {}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -293,15 +295,16 @@ class Harness:
             db.commit()
 
     def timed_get(self, meters: Any, session_id: str) -> tuple[float, Any]:
-        """One GET: ``assemble_request`` + commit, timed (seconds)."""
+        """One GET: ``assemble_request`` (load, plan, save), timed (seconds). Each meter
+        registry (mode) has its own assembly memo, as each server has its own."""
+        from app.services.memo import AssemblyMemo
         from app.services.requests import assemble_request
 
-        with self.factory() as db:
-            t0 = time.perf_counter()
-            out = assemble_request(db, self.profiles, meters, session_id, fmt="openai")
-            db.commit()
-            t1 = time.perf_counter()
-        return t1 - t0, out
+        memo = self.memos.setdefault(id(meters), AssemblyMemo())
+        t0 = time.perf_counter()
+        out = assemble_request(self.factory, self.profiles, meters, session_id, fmt="openai", memo=memo,
+                               read_factory=self.read_factory)
+        return time.perf_counter() - t0, out
 
 
 @contextmanager
@@ -336,8 +339,8 @@ def _body_digest(body: dict[str, Any]) -> str:
 
 def _record(step: Any, seconds: float, out: Any) -> CallRecord:
     m = out.manifest
-    return CallRecord(call=step.index, tokens=int(m["tokens"]["total"]), by_zone=dict(m["tokens"]["by_zone"]),
-                      seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m["elided"]))
+    return CallRecord(call=step.index, tokens=m.tokens.total, by_zone=dict(m.tokens.by_zone),
+                      seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m.elided))
 
 
 def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | None = None,
@@ -524,7 +527,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                         ids = tokenizer.apply_chat_template(msgs, tools=body.get("tools"), add_generation_prompt=True,
                                                             tokenize=True, return_dict=False)
                         times[len(runs[mode]) - 1] = time.perf_counter() - t0
-                        if len(ids) != out.manifest["tokens"]["total"]:
+                        if len(ids) != out.manifest.tokens.total:
                             template_mismatch.append(len(runs[mode]) - 1)
                 order = order[1:] + order[:1]
                 advance()
@@ -587,7 +590,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                    "naive_template_calls": getattr(meters["naive"], "template_calls", None)},
         "calls": calls,
         "definitions": {
-            "timed": "assemble_request(...) + commit, in process, SQLite in a temp dir, one thread",
+            "timed": "assemble_request(...): load, plan, save (committed), in process, SQLite in a temp dir, one thread",
             "warm": "LocalLRUCache segment cache persisting across the calls of a replay (emptied per repetition)",
             "cold": "segment cache and meter memos (render offsets, per-payload counts) emptied before every GET",
             "naive": "meter replaced by one full apply_chat_template(tokenize=True) per measurement",

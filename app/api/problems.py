@@ -27,6 +27,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
     errors.TokenizerUnavailable: 503,
+    errors.LayoutContention: 503,
 }
 
 

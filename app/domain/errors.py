@@ -66,5 +66,12 @@ class PinnedOverBudget(DomainError):
     title = "Pinned content exceeds the input budget"
 
 
+class LayoutContention(DomainError):
+    """Other workers moved the session's layout state under every plan of one GET (the
+    bounded retries of compare-and-set ran out); retrying the request is safe."""
+
+    title = "Layout state contention"
+
+
 class TokenizerUnavailable(DomainError):
     title = "Tokenizer unavailable"

@@ -1,22 +1,39 @@
-"""Use case: assemble the next model request (DESIGN.md section 3, GET path)."""
+"""Use case: assemble the next model request (DESIGN.md section 3, GET path).
+
+LOAD once (one short snapshot read: the session with its layout state, the events the
+memo lacks, the previous request's prefix state), PLAN purely
+(:func:`app.domain.planner.plan_request`: no database, no lock held while rendering and
+counting), SAVE once (one short write: the layout state by compare-and-set on its
+version, the prefix state, the manifest). When another worker moved the layout state
+between the load and the save, the GET plans again from the winner's state, at most
+``MAX_PLAN_ATTEMPTS`` times, then answers :class:`~app.domain.errors.LayoutContention`.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 
-from app.domain.assembly import Assembly, assemble_window
-from app.domain.errors import ManifestNotFound, UnsupportedFormat
-from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
-from app.domain.prefix_layout import explain_divergence, layout_digest
+from app.domain.assembly import Assembly
+from app.domain.errors import LayoutContention, ManifestNotFound, SessionNotFound, UnsupportedFormat
+from app.domain.layout import Conversation
+from app.domain.manifest import Manifest, ManifestSummary
+from app.domain.planner import Policy, RequestPlan, plan_request
+from app.domain.ports import Measurement
+from app.domain.prefix import CacheModel, ReuseReport
+from app.domain.state import PreviousRequest, SessionState
+from app.domain.types import Event
 from app.observability import metrics
-from app.services.memo import AssemblyMemo, memo_of
+from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
+from app.store.db import read_only, unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -24,17 +41,16 @@ from app.wire import openai as openai_wire
 from app.wire import tokens as tokens_wire
 
 FORMATS = ("openai", "anthropic", "tokens")
+MAX_PLAN_ATTEMPTS = 4  # plans per GET when other workers keep moving the layout state
+
+_ZONES = {
+    "openai": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]"},
+    "anthropic": {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"},
+    "tokens": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]"},
+}
 
 
-@dataclass(frozen=True)
-class AssembledRequest:
-    request: dict[str, Any]
-    manifest: dict[str, Any]
-    assembly: Assembly
-    reuse: ReuseReport | None = None
-
-
-def request_bytes(body: dict[str, Any]) -> bytes:
+def request_bytes(body: Mapping[str, Any]) -> bytes:
     """The canonical bytes of a request body (what byte-identity is checked on)."""
     return orjson.dumps(body)
 
@@ -44,19 +60,40 @@ def prompt_cache_key(session_id: str) -> str:
     return "ctxd-" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
 
 
-def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str) -> dict[str, Any]:
-    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat."""
-    conversation = assembly.conversation
-    if fmt == "openai":
-        return openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
-                                     prompt_cache_key=prompt_cache_key(session_id))
-    if fmt == "anthropic":
-        return anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
-    if fmt == "tokens":
-        m = assembly.measurement
-        text = m.extra.get("text") if isinstance(m.extra.get("text"), str) else None
-        return tokens_wire.serialize(m.ids or (), text, model=profile.model, max_tokens=profile.output_reserve)
-    raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
+def check_format(fmt: str) -> None:
+    """Raises UnsupportedFormat (422) for a format other than openai, anthropic, tokens."""
+    if fmt not in FORMATS:
+        raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The :class:`~app.domain.ports.WireFormat` port for one format, profile and session."""
+
+    name: str
+    profile: Profile
+    session_id: str
+
+    @property
+    def zones(self) -> Mapping[str, str]:
+        return _ZONES[self.name]
+
+    @property
+    def cache_breakpoints(self) -> bool:
+        return self.name == "anthropic"
+
+    def serialize(self, conversation: Conversation, measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
+        profile = self.profile
+        if self.name == "openai":
+            body = openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+                                         prompt_cache_key=prompt_cache_key(self.session_id))
+        elif self.name == "anthropic":
+            body = anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
+        else:
+            text = measurement.extra.get("text")
+            body = tokens_wire.serialize(measurement.ids or (), text if isinstance(text, str) else None,
+                                         model=profile.model, max_tokens=profile.output_reserve)
+        return body, request_bytes(body)
 
 
 def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
@@ -66,53 +103,76 @@ def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
     return CacheModel.from_profile(profile.cache)
 
 
-def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, profile: Profile,
-                  assembly: Assembly) -> tuple[ReuseReport, dict[str, Any]]:
-    m = assembly.measurement
-    ids = m.ids or ()
-    layout = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
-    model = cache_model_for(profile, fmt)
-    breakpoints: tuple[int, ...] = ()
-    if fmt == "anthropic":
-        breakpoints = tuple(sorted({b for b in (layout["root_end"], layout["trunk_end"], m.total) if 0 < b <= m.total}))
-    previous = repo.get_prefix_state(db, session_id, fmt)
-    prev_state = prev_layout = None
-    if previous is not None:
-        try:
-            prev_state = PrefixState.from_json(previous[0])
-            prev_layout = previous[1]
-        except (ValueError, KeyError):
-            prev_state = None
-    prev_ids = prev_chain = None
-    remembered = memo.previous_request(session_id, fmt)
-    if prev_state is not None and remembered is not None and len(remembered[0]) // 4 == prev_state.length:
-        prev_ids, prev_chain = remembered
-    if prev_state is not None and prev_state.block_size != model.block_size:
-        prev_state = None
-    report = predict_reuse(prev_state, ids, model, breakpoints=breakpoints, prev_ids=prev_ids, prev_chain=prev_chain)
-    info: dict[str, Any] = {
-        "model": model.kind,
-        "block_size": model.block_size,
-        "predicted_cached_tokens": report.predicted_cached_tokens,
-        "uncached_tokens": m.total - report.predicted_cached_tokens,
-        "previous_tokens": report.previous_tokens,
-        "common_prefix_tokens": report.common_prefix_tokens,
-        "common_prefix_exact": report.common_prefix_exact,
-        "extends_previous": prev_state is not None and report.first_divergence_offset is None,
-    }
-    if breakpoints:
-        info["breakpoints"] = list(breakpoints)
-    if report.first_divergence_offset is not None and prev_layout is not None:
-        info["first_divergence"] = explain_divergence(prev_layout, layout, report.first_divergence_offset)
-        metrics.TRUNK_REWRITES.labels(profile.name, info["first_divergence"]["zone"]).inc()
-    repo.put_prefix_state(db, session_id, fmt, report.state.to_json(), layout)
-    memo.remember_request(session_id, fmt, report.packed, report.chain)
-    return report, info
+def policy_for(profile: Profile) -> Policy:
+    return Policy(profile=profile.name, budget=profile.budget, item_cap_tokens=profile.item_cap_tokens,
+                  render_reasoning=profile.render_reasoning)
 
 
-def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
-                     fmt: str = "openai") -> AssembledRequest:
+@dataclass(frozen=True)
+class AssembledRequest:
+    """A served request: the wire body (and its bytes), the stored manifest (with its id)."""
+
+    request: Mapping[str, Any]
+    manifest: Manifest
+    body_bytes: bytes = field(repr=False)
+    assembly: Assembly = field(repr=False)
+    reuse: ReuseReport = field(repr=False)
+    attempts: int = 1
+
+    def response_bytes(self) -> bytes:
+        """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body spliced in as
+        already serialized (never re-encoded or re-validated)."""
+        return b'{"request":' + self.body_bytes + b',"manifest":' + orjson.dumps(self.manifest.to_json()) + b"}"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one GET reads (one snapshot)."""
+
+    state: SessionState
+    events: list[Event]
+    previous: PreviousRequest | None
+
+
+def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str) -> Loaded:
+    """LOAD: the session and its layout state, the events (only those the memo lacks are
+    read), and the previous request's prefix state in ``fmt``. Raises SessionNotFound."""
+    found = repo.load_session_state(db, session_id, fmt)
+    if found is None:
+        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    state, previous = found
+    events = memo.events(session_id, state.last_seq,
+                         lambda after: repo.load_events(db, session_id, after_seq=after, upto_seq=state.last_seq))
+    return Loaded(state=state, events=events, previous=previous)
+
+
+def save(db: OrmSession, plan: RequestPlan) -> Manifest | None:
+    """SAVE: the layout state by compare-and-set (or, unchanged, a check that it is still
+    the one planned from), the payloads the request names, the prefix state, the manifest.
+    Returns the stored manifest (with its id), or None when another worker moved the
+    layout state first (nothing written)."""
+    manifest = plan.manifest
+    sid = manifest.session_id
+    if plan.layout_changed:
+        if not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout):
+            return None
+    elif not repo.layout_is(db, sid, plan.loaded_layout):
+        return None
+    for handle, data in plan.derived_payloads.items():
+        stored = repo.put_payload(db, data)
+        assert stored == handle  # content-addressed: the note names exactly what is stored
+    repo.put_previous_request(db, sid, manifest.format, plan.previous)
+    return replace(manifest, id=repo.add_manifest(db, manifest))
+
+
+def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
+                     session_id: str, *, fmt: str = "openai", memo: AssemblyMemo,
+                     read_factory: sessionmaker[OrmSession] | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
+
+    ``factory`` opens write transactions (the save), ``read_factory`` snapshot reads (the
+    load; default ``factory``, see :func:`app.store.db.make_read_factory`). ``memo``: the
+    app's assembly memo (``app.state.memo``).
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
@@ -121,101 +181,74 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
 
     Raises:
         SessionNotFound (404), UnsupportedFormat (422), PinnedOverBudget (422): the root,
-        trunk and next step alone exceed ``input_limit`` (eq. 1).
+        trunk and next step alone exceed ``input_limit`` (eq. 1); LayoutContention (503):
+        other workers moved the layout state ``MAX_PLAN_ATTEMPTS`` times in a row.
     """
-    if fmt not in FORMATS:
-        raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
-    row = require_session_row(db, session_id)
-    session = repo.session_from_row(row)
-    profile = profiles.get(session.profile)
-    meter = meters.get(profile)
-    memo = memo_of(meters)
-    events = memo.events(db, session_id, row.last_seq)
-    assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
-                               item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
-                               render_reasoning=profile.render_reasoning,
-                               leaf_cache=memo.leaf_cache(session_id))
-    for handle, data in assembly.derived_payloads.items():
-        stored = repo.put_payload(db, data)
-        assert stored == handle  # content-addressed: the note names exactly what is stored
-    body = serialize(assembly, profile, fmt, session_id=session_id)
-    digest = hashlib.sha256(request_bytes(body)).hexdigest()
-    m = assembly.measurement
-    reuse, cache_info = _prefix_reuse(db, memo, session_id, fmt, profile, assembly)
-    elided_tokens = sum(int(e.get("tokens", 0)) for e in assembly.elided)
-    capped_tokens = sum(int(i.get("elided_tokens", 0)) for i in assembly.items)
-    budget = assembly.budget
-    manifest: dict[str, Any] = {
-        "session_id": session_id,
-        "profile": profile.name,
-        "format": fmt,
-        "last_seq": row.last_seq,
-        "request_sha256": digest,
-        "tokens": {"total": m.total, "by_zone": dict(m.by_zone), "by_role": dict(m.by_role)},
-        "budget": budget.as_dict() | {"low_watermark": budget.eviction_target, "role_limits": budget.role_limits()},
-        "cache": cache_info,
-        "layout": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]",
-                   "cut_seq": assembly.cut_seq, "evicted_now": assembly.evicted_now,
-                   "elision_index": sorted(assembly.derived_payloads)},
-        "items": list(assembly.items),
-        "elided": list(assembly.elided),
-        "elided_tokens": elided_tokens + capped_tokens,
-        "layout_warnings": list(assembly.warnings),
-    }
-    if fmt == "anthropic":
-        manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}
-    manifest["id"] = repo.add_manifest(db, session_id=session_id, fmt=fmt, last_seq=row.last_seq, request_sha256=digest,
-                                       tokens_total=m.total, manifest=manifest)
-    if assembly.cut_seq > row.cut_seq:
-        repo.advance_cut(db, session_id, assembly.cut_seq)
-    _observe(profile, fmt, assembly, reuse, elided_tokens, capped_tokens)
-    return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
+    check_format(fmt)
+    for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
+        with read_only(read_factory or factory) as db:
+            loaded = load(db, memo, session_id, fmt)
+        profile = profiles.get(loaded.state.session.profile)
+        plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile),
+                            wire=Wire(fmt, profile, session_id), cache_model=cache_model_for(profile, fmt),
+                            meter=meters.get(profile), previous=loaded.previous,
+                            remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id))
+        with unit_of_work(factory) as db:
+            manifest = save(db, plan)
+        if manifest is None:
+            continue
+        memo.remember(session_id, fmt, plan.remembered)
+        _observe(profile, plan)
+        return AssembledRequest(request=plan.body, manifest=manifest, body_bytes=plan.body_bytes,
+                                assembly=plan.assembly, reuse=plan.reuse, attempts=attempt)
+    raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
+                           "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
 
 
-def _manifest_summary(row: Any) -> dict[str, Any]:
-    return {"id": row.id, "format": row.format, "last_seq": row.last_seq, "request_sha256": row.request_sha256,
-            "tokens_total": row.tokens_total, "created_at": row.created_at.isoformat()}
-
-
-def list_manifests(db: OrmSession, session_id: str, *, limit: int = 50, before_id: int | None = None) -> dict[str, Any]:
-    """The session's persisted manifests, newest first: ``{"session_id", "manifests": [{id,
-    format, last_seq, request_sha256, tokens_total, created_at}], "next_before_id"}``
-    (``next_before_id`` pages on, None on the last page). Raises SessionNotFound (404)."""
+def list_manifests(db: OrmSession, session_id: str, *, limit: int = 50,
+                   before_id: int | None = None) -> tuple[list[ManifestSummary], int | None]:
+    """The session's persisted manifests, newest first (summaries), and the id to pass as
+    ``before_id`` for the next page (None on the last page). Raises SessionNotFound (404)."""
     require_session_row(db, session_id)
     rows = repo.list_manifests(db, session_id, limit=limit + 1, before_id=before_id)
     page = rows[:limit]
-    return {"session_id": session_id, "manifests": [_manifest_summary(r) for r in page],
-            "next_before_id": page[-1].id if len(rows) > limit else None}
+    return page, page[-1].id if len(rows) > limit else None
 
 
-def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> dict[str, Any]:
+def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest:
     """One persisted manifest exactly as it was served with its request (the body itself is
     not stored: ``request_sha256`` identifies it). Raises SessionNotFound or
     ManifestNotFound (404)."""
     require_session_row(db, session_id)
-    row = repo.get_manifest(db, session_id, manifest_id)
-    if row is None:
+    manifest = repo.get_manifest(db, session_id, manifest_id)
+    if manifest is None:
         raise ManifestNotFound(f"no manifest {manifest_id} in session {session_id!r}", session_id=session_id,
                                manifest_id=manifest_id)
-    return dict(row.manifest) | {"id": row.id}
+    return manifest
 
 
-def _observe(profile: Profile, fmt: str, assembly: Assembly, reuse: ReuseReport, elided: int, capped: int) -> None:
-    m = assembly.measurement
-    limit = assembly.budget.input_limit
+def _observe(profile: Profile, plan: RequestPlan) -> None:
+    m = plan.assembly.measurement
+    manifest, reuse = plan.manifest, plan.reuse
+    fmt = manifest.format
+    limit = plan.assembly.budget.input_limit
     for role, tokens in m.by_role.items():
         metrics.ASSEMBLED_TOKENS.labels(profile.name, role).inc(tokens)
         metrics.BUDGET_OCCUPANCY.labels(profile.name, role).observe(tokens / limit)
     metrics.REQUEST_TOKENS.labels(profile.name).observe(m.total)
     metrics.PREDICTED_REUSED_TOKENS.labels(profile.name, fmt).inc(reuse.predicted_cached_tokens)
     metrics.REUSE_RATIO.labels(profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
+    if manifest.cache.first_divergence is not None:
+        metrics.TRUNK_REWRITES.labels(profile.name, manifest.cache.first_divergence.zone).inc()
     segments = m.extra.get("segments")
     if isinstance(segments, dict):
         for zone, counts in segments.items():
             for result in ("hits", "misses"):
                 if counts[result]:
                     metrics.SEGMENT_CACHE.labels(profile.name, zone, result).inc(counts[result])
-    if elided:
-        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(elided)
+    evicted = sum(i.tokens or 0 for i in manifest.elided)
+    capped = sum(i.elided_tokens for i in manifest.items)
+    if evicted:
+        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(evicted)
     if capped:
         metrics.ELIDED_TOKENS.labels(profile.name, "item_cap").inc(capped)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session as OrmSession
 
+from app.domain.manifest import Manifest, ManifestSummary
+from app.domain.prefix import PrefixState
+from app.domain.state import LayoutState, PreviousRequest, SessionState
 from app.domain.types import (
     ArtifactWriteEvent,
     Binding,
@@ -22,7 +25,16 @@ from app.domain.types import (
     ToolCall,
     ToolResultEvent,
 )
-from app.store.tables import ArtifactRow, EventRow, ManifestRow, PayloadRow, PrefixStateRow, SessionRow, utcnow
+from app.store.tables import (
+    ArtifactRow,
+    EventRow,
+    LayoutStateRow,
+    ManifestRow,
+    PayloadRow,
+    PrefixStateRow,
+    SessionRow,
+    utcnow,
+)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -31,27 +43,52 @@ def sha256_hex(data: bytes) -> str:
 
 # --- sessions -------------------------------------------------------------------------
 
-def session_from_row(row: SessionRow) -> Session:
-    contract = row.contract
+def _session(session_id: str, profile: str, contract: dict[str, Any], system: str, tools: list[Any],
+             meta: dict[str, Any] | None) -> Session:
     return Session(
-        id=row.id,
-        profile=row.profile,
+        id=session_id,
+        profile=profile,
         contract=Contract(
             goal=contract["goal"],
             constraints=tuple(Constraint(c["id"], c["text"]) for c in contract.get("constraints", [])),
             contract_version=int(contract.get("contract_version", 1)),
         ),
-        system=row.system,
-        tools=tuple(row.tools),
-        metadata=dict(row.meta or {}),
+        system=system,
+        tools=tuple(tools),
+        metadata=dict(meta or {}),
     )
+
+
+def session_from_row(row: SessionRow) -> Session:
+    return _session(row.id, row.profile, row.contract, row.system, row.tools, row.meta)
+
+
+def load_session_state(db: OrmSession, session_id: str,
+                       fmt: str | None = None) -> tuple[SessionState, PreviousRequest | None] | None:
+    """The session, its last seq and its layout state and, with ``fmt``, what it keeps of
+    its last request in that format: one statement. None when there is no such session."""
+    columns = [SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
+               SessionRow.meta, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq]
+    query = select(*columns).outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
+    if fmt is not None:
+        query = query.add_columns(PrefixStateRow.state, PrefixStateRow.layout).outerjoin(
+            PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == fmt))
+    row = db.execute(query.where(SessionRow.id == session_id)).first()
+    if row is None:
+        return None
+    sid, profile, contract, system, tools, meta, last_seq, version, cut_seq = row[:9]
+    state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
+                         layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)))
+    return state, (previous_request(row[9], row[10]) if fmt is not None else None)
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
                 tools: list[dict[str, Any]], metadata: dict[str, Any]) -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, last_seq=0, cut_seq=0)
+                     meta=metadata, last_seq=0)
     db.add(row)
+    db.flush()  # the session row first: the layout state's foreign key names it
+    db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0))
     db.flush()
     return row
 
@@ -103,16 +140,6 @@ def get_payload(db: OrmSession, handle: str) -> tuple[str, bytes] | None:
     row = db.get(PayloadRow, rows[0])
     assert row is not None
     return row.sha256, row.data
-
-
-def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
-    wanted = sorted(set(handles))
-    out: dict[str, str] = {}
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start:start + 500]
-        for sha, data in db.execute(select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(chunk))):
-            out[sha] = bytes(data).decode("utf-8")
-    return out
 
 
 # --- events ---------------------------------------------------------------------------
@@ -182,14 +209,19 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
 
 
 def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
-    """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq order."""
-    query = select(EventRow).where(EventRow.session_id == session_id, EventRow.seq > after_seq)
+    """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq
+    order, tool results with their payloads: one statement (events joined to payloads)."""
+    handle = EventRow.body["handle"].as_string()
+    query = (select(EventRow, PayloadRow.data)
+             .outerjoin(PayloadRow, (EventRow.kind == "tool_result") & (PayloadRow.sha256 == handle))
+             .where(EventRow.session_id == session_id, EventRow.seq > after_seq))
     if upto_seq is not None:
         query = query.where(EventRow.seq <= upto_seq)
-    rows = db.execute(query.order_by(EventRow.seq)).scalars().all()
-    handles = [r.body["handle"] for r in rows if r.kind == "tool_result"]
-    payloads = get_payload_texts(db, handles)
-    return [event_from_row(r, payloads) for r in rows]
+    events = []
+    for row, data in db.execute(query.order_by(EventRow.seq)):
+        payloads = {row.body["handle"]: bytes(data).decode("utf-8")} if data is not None else {}
+        events.append(event_from_row(row, payloads))
+    return events
 
 
 def event_count(db: OrmSession, session_id: str) -> int:
@@ -198,42 +230,69 @@ def event_count(db: OrmSession, session_id: str) -> int:
 
 # --- manifests ------------------------------------------------------------------------
 
-def add_manifest(db: OrmSession, *, session_id: str, fmt: str, last_seq: int, request_sha256: str, tokens_total: int,
-                 manifest: dict[str, Any]) -> int:
-    row = ManifestRow(session_id=session_id, format=fmt, last_seq=last_seq, request_sha256=request_sha256,
-                      tokens_total=tokens_total, manifest=manifest)
+def add_manifest(db: OrmSession, manifest: Manifest) -> int:
+    """Store ``manifest`` (its ``id`` is ignored); returns the new id."""
+    row = ManifestRow(session_id=manifest.session_id, format=manifest.format, last_seq=manifest.last_seq,
+                      request_sha256=manifest.request_sha256, tokens_total=manifest.tokens.total,
+                      manifest=manifest.to_json())
     db.add(row)
     db.flush()
     return row.id
 
 
-def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: int | None = None) -> list[ManifestRow]:
-    """The session's manifests, newest first, at most ``limit``, with ids below ``before_id``."""
-    query = select(ManifestRow).where(ManifestRow.session_id == session_id)
+def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: int | None = None) -> list[ManifestSummary]:
+    """The session's manifests, newest first, at most ``limit``, with ids below ``before_id``
+    (summary columns only: the manifests themselves are not read)."""
+    query = select(ManifestRow.id, ManifestRow.format, ManifestRow.last_seq, ManifestRow.request_sha256,
+                   ManifestRow.tokens_total, ManifestRow.created_at).where(ManifestRow.session_id == session_id)
     if before_id is not None:
         query = query.where(ManifestRow.id < before_id)
-    return list(db.execute(query.order_by(ManifestRow.id.desc()).limit(limit)).scalars())
+    return [ManifestSummary(id=r.id, format=r.format, last_seq=r.last_seq, request_sha256=r.request_sha256,
+                            tokens_total=r.tokens_total, created_at=r.created_at.isoformat())
+            for r in db.execute(query.order_by(ManifestRow.id.desc()).limit(limit))]
 
 
-def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> ManifestRow | None:
-    row = db.get(ManifestRow, manifest_id)
-    return row if row is not None and row.session_id == session_id else None
+def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest | None:
+    """The stored manifest ``manifest_id`` of ``session_id`` (None if absent or another session's)."""
+    row = db.execute(select(ManifestRow.id, ManifestRow.manifest)
+                     .where(ManifestRow.id == manifest_id, ManifestRow.session_id == session_id)).first()
+    return None if row is None else Manifest.from_json(row.manifest | {"id": row.id})
 
 
-def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
-    db.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.cut_seq < cut_seq).values(cut_seq=cut_seq))
+# --- layout states --------------------------------------------------------------------
+
+def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutState, new: LayoutState) -> bool:
+    """Write ``new`` if the stored layout state is still ``expected`` (same version);
+    True when written. Another worker's change in between makes it False."""
+    done = db.execute(update(LayoutStateRow)
+                      .where(LayoutStateRow.session_id == session_id, LayoutStateRow.version == expected.version)
+                      .values(version=new.version, cut_seq=new.cut_seq, updated_at=utcnow()))
+    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def layout_is(db: OrmSession, session_id: str, expected: LayoutState) -> bool:
+    """True when the stored layout state is still ``expected`` (its version); on
+    PostgreSQL the row stays share-locked until the transaction ends."""
+    version = db.execute(select(LayoutStateRow.version).where(LayoutStateRow.session_id == session_id)
+                         .with_for_update(read=True)).scalar_one_or_none()
+    return (version or 0) == expected.version
 
 
 # --- prefix states --------------------------------------------------------------------
 
-def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    # a Core select of the two columns: no ORM object for a row that is replaced on every GET
-    row = db.execute(select(PrefixStateRow.state, PrefixStateRow.layout)
-                     .where(PrefixStateRow.session_id == session_id, PrefixStateRow.format == fmt)).first()
-    return (row[0], row[1]) if row else None
+def previous_request(state: dict[str, Any] | None, layout: dict[str, Any] | None) -> PreviousRequest | None:
+    """A stored prefix state row's columns as a value (None if absent, or if the state
+    cannot be read: the next request then starts a fresh chain)."""
+    if state is None:
+        return None
+    try:
+        return PreviousRequest(state=PrefixState.from_json(state), layout=layout or {})
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
-def put_prefix_state(db: OrmSession, session_id: str, fmt: str, state: dict[str, Any], layout: dict[str, Any]) -> None:
+def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
+    state, layout = previous.state.to_json(), dict(previous.layout)
     values = {"session_id": session_id, "format": fmt, "state": state, "layout": layout, "updated_at": utcnow()}
     insert = _upsert_insert(db)
     if insert is None:

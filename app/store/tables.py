@@ -27,8 +27,19 @@ class SessionRow(Base):
     tools: Mapped[list[Any]] = mapped_column(JSON)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
-    cut_seq: Mapped[int] = mapped_column(Integer, default=0)  # first kept turn group (layout state)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LayoutStateRow(Base):
+    """A session's layout state (app/domain/state.py ``LayoutState``): written only by
+    compare-and-set on ``version`` (migration 0003 replaced ``sessions.cut_seq``)."""
+
+    __tablename__ = "layout_states"
+
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    cut_seq: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
 
 class EventRow(Base):

@@ -6,10 +6,22 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from app.api.deps import Meters, Profiles, Uow
-from app.api.schemas import AssembledRequest, EventBatch, EventBatchOut, SessionCreate, SessionCreated, SessionOut
+import orjson
+
+from app.api.deps import Db, Memo, Meters, Profiles, Uow
+from app.api.schemas import (
+    AssembledRequest,
+    EventBatch,
+    EventBatchOut,
+    ManifestList,
+    ManifestOut,
+    SessionCreate,
+    SessionCreated,
+    SessionOut,
+)
 from app.services import requests as request_service
 from app.services import sessions as session_service
+from app.store.db import read_only
 
 router = APIRouter(prefix="/v1")
 
@@ -45,30 +57,40 @@ def post_events(session_id: str, batch: EventBatch, uow: Uow) -> EventBatchOut:
         return EventBatchOut(**session_service.ingest_events(db, session_id, events))
 
 
-@router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)
-def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
-                format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> AssembledRequest:
-    """The next model request for ``format``, with its manifest (persisted)."""
-    with uow() as db:
-        out = request_service.assemble_request(db, profiles, meters, session_id, fmt=format)
-    return AssembledRequest(request=out.request, manifest=out.manifest)
+# The GET answers below declare their response models (so the OpenAPI document gives the
+# manifest's schema) but return pre-serialized JSON: a 150 kB body is not re-validated.
+JSON_BYTES = "application/json"
 
 
-@router.get("/sessions/{session_id}/manifests", responses=ERRORS)
-def list_manifests(session_id: str, uow: Uow,
+@router.get("/sessions/{session_id}/request", response_model=AssembledRequest,
+            responses=ERRORS | {503: {"description": "Layout state contention; retry", **PROBLEM}})
+def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters,
+                format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> Response:
+    """The next model request for ``format``, with its manifest (persisted). A GET may
+    persist a layout decision; it never changes what an identical second GET returns."""
+    out = request_service.assemble_request(db.write, profiles, meters, session_id, fmt=format, memo=memo,
+                                           read_factory=db.read)
+    return Response(content=out.response_bytes(), media_type=JSON_BYTES)
+
+
+@router.get("/sessions/{session_id}/manifests", response_model=ManifestList, responses=ERRORS)
+def list_manifests(session_id: str, db: Db,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
                    before_id: Annotated[int | None, Query(ge=1, description="page on: ids below this one")] = None,
-                   ) -> dict[str, Any]:
+                   ) -> Response:
     """The manifests persisted for this session's served requests, newest first."""
-    with uow() as db:
-        return request_service.list_manifests(db, session_id, limit=limit, before_id=before_id)
+    with read_only(db.read) as conn:
+        page, next_before_id = request_service.list_manifests(conn, session_id, limit=limit, before_id=before_id)
+    body = {"session_id": session_id, "manifests": [m.to_json() for m in page], "next_before_id": next_before_id}
+    return Response(content=orjson.dumps(body), media_type=JSON_BYTES)
 
 
-@router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=ERRORS)
-def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1)], uow: Uow) -> dict[str, Any]:
+@router.get("/sessions/{session_id}/manifests/{manifest_id}", response_model=ManifestOut, responses=ERRORS)
+def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1)], db: Db) -> Response:
     """One persisted manifest, as it was served (``manifest.id`` of a request)."""
-    with uow() as db:
-        return request_service.get_manifest(db, session_id, manifest_id)
+    with read_only(db.read) as conn:
+        manifest = request_service.get_manifest(conn, session_id, manifest_id)
+    return Response(content=orjson.dumps(manifest.to_json()), media_type=JSON_BYTES)
 
 
 @router.get("/handles/{handle}", responses=ERRORS | {200: {"content": {"application/octet-stream": {}}}})
