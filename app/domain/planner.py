@@ -15,6 +15,7 @@ from typing import Any
 
 from app.domain.assembly import Assembly, assemble_window
 from app.domain.budget import Budget
+from app.domain.errors import DomainError
 from app.domain.manifest import (
     CacheReport,
     Divergence,
@@ -90,7 +91,9 @@ def plan_request(
     ``events``: the session's events up to ``state.last_seq``, in seq order.
     ``previous``: the stored state of the last request served in this format (None for the
     first). ``remembered``: the ids of a request this worker served; used (for an exact
-    common prefix and to hash only new blocks) only when its state equals ``previous``'s.
+    common prefix and to hash only new blocks) only when its state equals ``previous``'s,
+    else the previous request is rebuilt from the events and checked against that state,
+    so the cache report is the same whichever worker served the previous request.
     ``memo``: the session's leaf cache (see :func:`assemble_window`), kept across calls.
 
     The plan is a function of its inputs: two calls with equal inputs give equal bodies
@@ -101,6 +104,11 @@ def plan_request(
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit`` (eq. 1).
     """
+    prev_state = previous.state if previous is not None else None
+    trusted = remembered if remembered is not None and remembered.matches(prev_state) else None
+    if trusted is None and previous is not None:  # first, so that the meter's last encoding is this request's
+        trusted = _rebuild_previous(state, events, previous, policy=policy, cache_model=cache_model, meter=meter,
+                                    memo=memo)
     assembly = assemble_window(state.session, events, budget=policy.budget, meter=meter,
                                item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=state.layout.cut_seq,
                                render_reasoning=policy.render_reasoning, leaf_cache=memo)
@@ -108,12 +116,11 @@ def plan_request(
     m = assembly.measurement
     new_layout = state.layout.with_cut(assembly.cut_seq)
     digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
+    digest["last_seq"] = state.last_seq  # with cut_seq: what rebuilds this request (see _rebuild_previous)
     breakpoints: tuple[int, ...] = ()
     if wire.cache_breakpoints:
         ends = (digest["root_end"], digest["trunk_end"], m.total)
         breakpoints = tuple(sorted({b for b in ends if 0 < b <= m.total}))
-    prev_state = previous.state if previous is not None else None
-    trusted = remembered if remembered is not None and remembered.matches(prev_state) else None
     if prev_state is not None and prev_state.block_size != cache_model.block_size:
         prev_state = None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
@@ -150,3 +157,36 @@ def plan_request(
         reuse=reuse, assembly=assembly,
     )
 
+
+
+def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: PreviousRequest, *, policy: Policy,
+                      cache_model: CacheModel, meter: TokenMeter,
+                      memo: MutableMapping[Any, Any] | None) -> RememberedIds | None:
+    """The previous request's ids when this worker does not hold them (another worker
+    served it, or this one restarted): planned again from what produced it, the events up
+    to its ``last_seq`` and its cut (both kept in its layout digest), and trusted only if
+    they give exactly the stored state (every block digest, the tail, the breakpoints).
+    None when they cannot be rebuilt; reuse is then known to block precision only."""
+    layout = previous.layout
+    last_seq, cut_seq = layout.get("last_seq"), layout.get("cut_seq")
+    if not isinstance(last_seq, int) or not isinstance(cut_seq, int) or not 0 <= last_seq <= state.last_seq:
+        return None
+    if previous.state.block_size != cache_model.block_size:
+        return None
+    earlier = [e for e in events if e.seq <= last_seq]
+    try:
+        assembly = assemble_window(state.session, earlier, budget=policy.budget, meter=meter,
+                                   item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=cut_seq,
+                                   render_reasoning=policy.render_reasoning, leaf_cache=memo)
+    except DomainError:
+        return None
+    breakpoints = [offset for offset, _ in previous.state.breakpoints]
+    ids = assembly.measurement.ids or ()
+    if len(ids) != previous.state.length or any(not 0 < b <= len(ids) for b in breakpoints):
+        return None
+    try:
+        rebuilt = predict_reuse(None, ids, cache_model, breakpoints=breakpoints)
+    except ValueError:
+        return None
+    candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain)
+    return candidate if candidate.matches(previous.state) else None
