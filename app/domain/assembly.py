@@ -18,6 +18,7 @@ from typing import Any
 
 from app.domain.budget import Budget, check_pinned
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
+from app.domain.manifest import Item, Representation
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -42,8 +43,8 @@ class BoundedResult:
     elided_tokens: int
 
     @property
-    def representation(self) -> str:
-        return "head_tail" if self.elided_tokens else "verbatim"
+    def representation(self) -> Representation:
+        return Representation.HEAD_TAIL if self.elided_tokens else Representation.VERBATIM
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ class Assembly:
     measurement: Measurement
     budget: Budget
     cut_seq: int
-    items: tuple[dict[str, Any], ...]
-    elided: tuple[dict[str, Any], ...]
+    items: tuple[Item, ...]
+    elided: tuple[Item, ...]
     evicted_now: int
     warnings: tuple[str, ...] = field(default=())
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
@@ -370,51 +371,44 @@ def assemble_window(
     cut_seq = groups[k].first_seq if k < len(groups) else (groups[-1].first_seq + 1 if groups else 0)
     cut_seq = max(cut_seq, previous_cut_seq)
 
-    items: list[dict[str, Any]] = []
-    elided: list[dict[str, Any]] = []
+    items: list[Item] = []
+    elided: list[Item] = []
     for index, group in enumerate(groups):
         kept = index >= k
         for event in (group.message, *group.results):
-            entry: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "handle": event.handle}
-            if isinstance(event, ToolResultEvent):
-                entry["call_id"] = event.call_id
-                entry["tokens"] = payload_tokens[event.handle]
-            if kept:
-                entry["zone"] = "leaf"
-                if isinstance(event, ToolResultEvent):
-                    b = bounded[event.handle]
-                    entry["representation"] = b.representation
-                    entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if b.elided_tokens else "")
-                    if b.elided_tokens:
-                        entry["elided_tokens"] = b.elided_tokens
-                elif group.pending and not group.results and not event.content:
-                    entry["zone"] = None
-                    entry["representation"] = "pending"
-                    entry["why"] = "every tool call of this turn still awaits its result; it enters with the first result"
-                    entry["pending_calls"] = list(group.pending)
-                else:
-                    entry["representation"] = "verbatim"
-                    entry["why"] = "recent turn"
-                    if group.pending:
-                        entry["pending_calls"] = list(group.pending)
-                        entry["why"] += " (calls awaiting a result are left out until it arrives)"
-                items.append(entry)
+            result = event if isinstance(event, ToolResultEvent) else None
+            known = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "handle": event.handle,
+                     "call_id": result.call_id if result else None,
+                     "tokens": payload_tokens[result.handle] if result else None}
+            if not kept:
+                elided.append(Item(**known, zone="trunk", representation=Representation.ELIDED,
+                                   why="oldest complete turn group evicted to fit the budget (eq. 1)"))
+            elif result is not None:
+                b = bounded[result.handle]
+                items.append(Item(**known, zone="leaf", elided_tokens=b.elided_tokens, representation=b.representation,
+                                  why="recent observation" + (" (over the per-item cap: head + tail)"
+                                                              if b.elided_tokens else "")))
+            elif group.pending and not group.results and not group.message.content:
+                items.append(Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
+                                  why="every tool call of this turn still awaits its result; it enters with the "
+                                      "first result"))
             else:
-                entry["zone"] = "trunk"
-                entry["representation"] = "elided"
-                entry["why"] = "oldest complete turn group evicted to fit the budget (eq. 1)"
-                elided.append(entry)
+                items.append(Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
+                                  why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
+                                                       if group.pending else "")))
     for write in writes:
-        items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
-                      "representation": "not_rendered", "why": f"artifact revision bookkeeping ({write.artifact} r{write.revision})"})
+        items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
+                          representation=Representation.NOT_RENDERED,
+                          why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
     if step is not None:
-        items.append({"seq": step.seq, "event_id": step.event_id, "kind": "step", "zone": "leaf",
-                      "representation": "verbatim", "why": "the next bounded step, last in the leaf"})
+        items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
+                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf"))
     for older in events:
         if isinstance(older, StepEvent) and older is not step:
-            items.append({"seq": older.seq, "event_id": older.event_id, "kind": "step", "zone": None,
-                          "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
-    items.sort(key=lambda e: e["seq"])
+            items.append(Item(seq=older.seq, event_id=older.event_id, kind="step", zone=None,
+                              representation=Representation.SUPERSEDED,
+                              why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
+    items.sort(key=_SEQ)
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     return Assembly(
         conversation=conversation,

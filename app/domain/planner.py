@@ -19,7 +19,6 @@ from app.domain.errors import DomainError
 from app.domain.manifest import (
     CacheReport,
     Divergence,
-    Item,
     LayoutReport,
     Manifest,
     TokenCounts,
@@ -136,8 +135,7 @@ def plan_request(
         extends_previous=prev_state is not None and reuse.first_divergence_offset is None,
         breakpoints=breakpoints, first_divergence=divergence,
     )
-    items = tuple(Item.from_json(i) for i in assembly.items)
-    elided = tuple(Item.from_json(i) for i in assembly.elided)
+    items, elided = assembly.items, assembly.elided
     manifest = Manifest(
         session_id=state.session.id, profile=policy.profile, format=wire.name, last_seq=state.last_seq,
         request_sha256=hashlib.sha256(body_bytes).hexdigest(),

@@ -49,13 +49,13 @@ def check_invariants(result, events, budget) -> None:
     results = [m.call_id for m in conv.leaf if m.role == "tool"]
     assert sorted(calls) == sorted(results), "every call has its result and every result its call"
     assert "do not touch tests" in conv.trunk
-    elided_handles = {e["handle"] for e in result.elided if e["kind"] == "tool_result"}
+    elided_handles = {e.handle for e in result.elided if e.kind == "tool_result"}
     index_text = " ".join(data.decode() for data in result.derived_payloads.values())
     for handle in result.derived_payloads:
         assert handle[:12] in conv.trunk, "the note names its index payload"
     for handle in elided_handles:
         assert handle[:12] in conv.trunk or handle in index_text, "the elision note names every dropped handle"
-    accounted = {i["seq"] for i in result.items} | {e["seq"] for e in result.elided}
+    accounted = {i.seq for i in result.items} | {e.seq for e in result.elided}
     assert accounted == {e.seq for e in events}
 
 
@@ -74,8 +74,8 @@ def test_only_the_latest_step_is_shown_and_older_ones_are_accounted() -> None:
     check_invariants(result, events, budget)
     assert result.conversation.leaf[-1].content == "Next step: second"
     assert not any("first" in m.content for m in result.conversation.leaf)
-    older = next(i for i in result.items if i["event_id"] == "s1")
-    assert older["representation"] == "superseded" and older["zone"] is None
+    older = next(i for i in result.items if i.event_id == "s1")
+    assert older.representation == "superseded" and older.zone is None
 
 
 def test_pending_call_is_not_rendered() -> None:
@@ -94,7 +94,7 @@ def test_eviction_drops_whole_oldest_groups_with_note() -> None:
     check_invariants(result, events, budget)
     assert result.elided, "something had to go"
     assert "## Elided history" in result.conversation.trunk
-    dropped_turns = {e["event_id"] for e in result.elided if e["kind"] == "message"}
+    dropped_turns = {e.event_id for e in result.elided if e.kind == "message"}
     assert "a0" in dropped_turns  # the oldest goes first
     kept_first = result.conversation.leaf[0]
     assert kept_first.role == "assistant"
@@ -136,9 +136,9 @@ def test_note_stays_bounded_with_an_index_of_older_groups() -> None:
     (handle, data), = result.derived_payloads.items()
     assert hashlib.sha256(data).hexdigest() == handle
     index = json.loads(data)
-    dropped_turns = [e for e in result.elided if e["kind"] == "message"]
+    dropped_turns = [e for e in result.elided if e.kind == "message"]
     assert len(index) == len(dropped_turns) - 32
-    assert index[0]["turn"] == dropped_turns[0]["handle"]
+    assert index[0]["turn"] == dropped_turns[0].handle
 
 
 def test_item_cap_bounds_tool_output_head_tail() -> None:
@@ -148,8 +148,8 @@ def test_item_cap_bounds_tool_output_head_tail() -> None:
     tool = [m for m in result.conversation.leaf if m.role == "tool"][0]
     assert "t0r0w0 " in tool.content and tool.content.endswith("t0r0w499")
     assert "400 tokens elided" in tool.content and events[1].handle in tool.content
-    item = [i for i in result.items if i["kind"] == "tool_result"][0]
-    assert item["representation"] == "head_tail" and item["elided_tokens"] == 400
+    item = [i for i in result.items if i.kind == "tool_result"][0]
+    assert item.representation == "head_tail" and item.elided_tokens == 400
 
 
 def test_pinned_over_budget_raises_with_role() -> None:
@@ -202,5 +202,5 @@ def test_leaf_cache_distinguishes_the_item_cap_and_the_meter() -> None:
     small = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=20, leaf_cache=cache)
     large = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000, leaf_cache=cache)
     assert small.measurement.total < large.measurement.total
-    assert any(i.get("representation") == "head_tail" for i in small.items)
-    assert not any(i.get("representation") == "head_tail" for i in large.items)
+    assert any(i.representation == "head_tail" for i in small.items)
+    assert not any(i.representation == "head_tail" for i in large.items)
