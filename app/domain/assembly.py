@@ -12,7 +12,6 @@ import hashlib
 import json
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
@@ -131,7 +130,6 @@ def observation_text(result: ToolResultEvent, body: str) -> str:
     return ("\n".join(header) + "\n" + body) if header else body
 
 
-@lru_cache(maxsize=16384)
 def _is_json_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
@@ -139,17 +137,24 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
+def call_warnings(session: Session, groups: Sequence[TurnGroup],
+                  memo: MutableMapping[Any, Any] | None = None) -> list[str]:
     """Layout warnings for tool calls the request shows that the model could not have made
     validly: a tool the session does not declare, or arguments that are not a JSON object.
-    They are recorded as the agent reported them (the log keeps what happened)."""
+    They are recorded as the agent reported them (the log keeps what happened).
+    ``memo``: an optional mapping kept across calls (the session's leaf cache), where each
+    argument string's check is kept under ``("json_object", text)``."""
     declared = {str(t.get("function", t).get("name")) for t in session.tools}
+    checked: MutableMapping[Any, Any] = memo if memo is not None else {}
     out = []
     for group in groups:
         for call in group.message.tool_calls:
             if declared and call.name not in declared:
                 out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
-            if not _is_json_object(call.arguments):
+            is_object = checked.get(("json_object", call.arguments))
+            if is_object is None:
+                is_object = checked[("json_object", call.arguments)] = _is_json_object(call.arguments)
+            if not is_object:
                 out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object; "
                            "rendered as the text given")
     return out
@@ -409,7 +414,7 @@ def assemble_window(
                               representation=Representation.SUPERSEDED,
                               why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
     items.sort(key=_SEQ)
-    warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
+    warnings = list(measurement.warnings) + call_warnings(session, groups[k:], cache)
     return Assembly(
         conversation=conversation,
         measurement=measurement,
