@@ -249,6 +249,18 @@ class ItemOut(Described):
     transforms: list[TransformOut] | None = None
 
 
+class EventRangeOut(Described):
+    """Older events accounted for together (the manifest stays bounded by the window)."""
+
+    seq_from: int
+    seq_to: int
+    events: int
+    representations: dict[Representation, int]
+    tokens: int = Field(description="payload tokens of the elided tool results in the range")
+    index: str | None = Field(description="handle of the index payload naming their turn and result handles")
+    why: str
+
+
 class ManifestOut(Described):
     """What the request contains and why (persisted under ``id``)."""
 
@@ -262,9 +274,10 @@ class ManifestOut(Described):
     cache: CacheOut
     layout: LayoutOut
     items: list[ItemOut]
-    elided: list[ItemOut] = Field(description="evicted events, each with its handle")
+    elided: list[ItemOut] = Field(description="evicted events of the newest evicted turn groups, each with its handle")
     elided_tokens: int
     layout_warnings: list[str]
+    ranges: list[EventRangeOut] | None = Field(default=None, description="older events accounted for together")
     id: int
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from app.domain.budget import Budget, check_pinned
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools, render_contract
-from app.domain.manifest import Item, Representation
+from app.domain.manifest import EventRange, Item, Representation
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -60,6 +60,7 @@ class Assembly:
     elided: tuple[Item, ...]
     evicted_now: int
     warnings: tuple[str, ...] = field(default=())
+    ranges: tuple[EventRange, ...] = field(default=())  # older events, accounted together
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
 
 
@@ -376,9 +377,30 @@ def assemble_window(
     cut_seq = groups[k].first_seq if k < len(groups) else (groups[-1].first_seq + 1 if groups else 0)
     cut_seq = max(cut_seq, previous_cut_seq)
 
+    # The manifest lists the window one by one: the kept groups, the newest NOTE_MAX_GROUPS
+    # dropped ones (the note's lines), and the steps and writes from the first of those on.
+    # Older events (the groups the note names through its index payload) are one range.
+    older = max(0, k - NOTE_MAX_GROUPS)
+    boundary = groups[older].first_seq if older else 0
+    derived = derived_by_k.get(k, {})
+    ranges: list[EventRange] = []
+    if older:
+        counts = {Representation.ELIDED: sum(1 + len(g.results) for g in groups[:older])}
+        seqs = [seq for g in groups[:older] for seq in g.seqs]
+        for event in (*writes, *(e for e in events if isinstance(e, StepEvent) and e is not step)):
+            if event.seq < boundary:
+                kind = Representation.NOT_RENDERED if isinstance(event, ArtifactWriteEvent) else Representation.SUPERSEDED
+                counts[kind] = counts.get(kind, 0) + 1
+                seqs.append(event.seq)
+        ranges.append(EventRange(
+            seq_from=min(seqs), seq_to=max(seqs), events=len(seqs), representations=counts,
+            tokens=sum(payload_tokens[r.handle] for g in groups[:older] for r in g.results),
+            index=next(iter(derived), None),
+            why=f"{older} oldest turn groups evicted to fit the budget (eq. 1), named with their handles in the "
+                "index payload; superseded steps and artifact writes before them"))
     items: list[Item] = []
     elided: list[Item] = []
-    for index, group in enumerate(groups):
+    for index, group in enumerate(groups[older:], start=older):
         kept = index >= k
         for event in (group.message, *group.results):
             result = event if isinstance(event, ToolResultEvent) else None
@@ -402,15 +424,16 @@ def assemble_window(
                                   why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
                                                        if group.pending else "")))
     for write in writes:
-        items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
-                          representation=Representation.NOT_RENDERED,
-                          why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
+        if write.seq >= boundary:
+            items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
+                              representation=Representation.NOT_RENDERED,
+                              why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
     if step is not None:
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
                           representation=Representation.VERBATIM, why="the next bounded step, last in the leaf"))
-    for older in events:
-        if isinstance(older, StepEvent) and older is not step:
-            items.append(Item(seq=older.seq, event_id=older.event_id, kind="step", zone=None,
+    for earlier in events:
+        if isinstance(earlier, StepEvent) and earlier is not step and earlier.seq >= boundary:
+            items.append(Item(seq=earlier.seq, event_id=earlier.event_id, kind="step", zone=None,
                               representation=Representation.SUPERSEDED,
                               why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
     items.sort(key=_SEQ)
@@ -422,6 +445,7 @@ def assemble_window(
         cut_seq=cut_seq,
         items=tuple(items),
         elided=tuple(elided),
+        ranges=tuple(ranges),
         evicted_now=k - first_kept,
         warnings=tuple(warnings),
         derived_payloads=derived_by_k.get(k, {}),

@@ -119,6 +119,34 @@ _ITEM_KEYS = {"seq", "event_id", "kind", "representation", "why", "zone", "handl
 
 
 @dataclass(frozen=True)
+class EventRange:
+    """Older events accounted for together, so that a manifest's size is bounded by the
+    request's window, not by the session: the events of ``seq_from..seq_to`` not listed
+    one by one, how many of each representation, the payload tokens of the elided tool
+    results among them, and the index payload (``index``, a handle) that names their
+    turn and result handles."""
+
+    seq_from: int
+    seq_to: int
+    events: int
+    representations: Mapping[Representation, int]
+    tokens: int
+    index: str | None
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq_from": self.seq_from, "seq_to": self.seq_to, "events": self.events,
+                "representations": {r.value: n for r, n in self.representations.items()}, "tokens": self.tokens,
+                "index": self.index, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EventRange:
+        return cls(seq_from=int(data["seq_from"]), seq_to=int(data["seq_to"]), events=int(data["events"]),
+                   representations={Representation(r): int(n) for r, n in data["representations"].items()},
+                   tokens=int(data["tokens"]), index=data.get("index"), why=str(data["why"]))
+
+
+@dataclass(frozen=True)
 class Divergence:
     """Where and why a request stopped extending the previous one (seed 000 section 4.4.3):
     ``zone``, the event ``seq`` when known, ``token_offset`` of the first changed token."""
@@ -234,6 +262,9 @@ class Manifest:
 
     ``id`` is None until the manifest is stored. ``budget`` is kept as its JSON form (so a
     stored manifest reads back exactly even if the profile changed since).
+    ``items``: the request's window one by one; ``elided``: the newest evicted turn groups'
+    events one by one (those the elision note lists line by line); ``ranges``: older events
+    together. Every event of the session up to ``last_seq`` is in exactly one of them.
     ``elided_tokens``: tokens left out of this request (evicted turns plus head + tail cuts).
     """
 
@@ -250,6 +281,7 @@ class Manifest:
     elided: tuple[Item, ...]
     elided_tokens: int
     layout_warnings: tuple[str, ...] = ()
+    ranges: tuple[EventRange, ...] = ()
     id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -261,6 +293,8 @@ class Manifest:
             "items": [i.to_json() for i in self.items], "elided": [i.to_json() for i in self.elided],
             "elided_tokens": self.elided_tokens, "layout_warnings": list(self.layout_warnings),
         }
+        if self.ranges:
+            out["ranges"] = [r.to_json() for r in self.ranges]
         if self.id is not None:
             out["id"] = self.id
         return out
@@ -278,6 +312,7 @@ class Manifest:
             items=tuple(Item.from_json(i) for i in data["items"]),
             elided=tuple(Item.from_json(i) for i in data["elided"]),
             elided_tokens=int(data["elided_tokens"]), layout_warnings=tuple(data.get("layout_warnings", ())),
+            ranges=tuple(EventRange.from_json(r) for r in data.get("ranges", ())),
             id=None if data.get("id") is None else int(data["id"]),
         )
 

@@ -31,6 +31,9 @@ from app.domain.state import LayoutState, PreviousRequest, RememberedIds, Sessio
 from app.domain.types import Event
 
 
+PLANNER_VERSION = 1  # stored with every manifest; bump when the same inputs would plan differently
+
+
 @dataclass(frozen=True)
 class Policy:
     """The window policy's parameters, from the session's profile: the budget (eq. 1),
@@ -103,35 +106,30 @@ def plan_request(
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit`` (eq. 1).
     """
-    prev_state = previous.state if previous is not None else None
-    trusted = remembered if remembered is not None and remembered.matches(prev_state) else None
+    trusted = remembered if remembered is not None and remembered.matches(previous) else None
     if trusted is None and previous is not None:  # first, so that the meter's last encoding is this request's
-        trusted = _rebuild_previous(state, events, previous, policy=policy, cache_model=cache_model, meter=meter,
-                                    memo=memo)
+        trusted = _rebuild_previous(state, events, previous, policy=policy, wire=wire, cache_model=cache_model,
+                                    meter=meter, memo=memo)
     assembly = assemble_window(state.session, events, budget=policy.budget, meter=meter,
                                item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=state.layout.cut_seq,
                                render_reasoning=policy.render_reasoning, leaf_cache=memo)
     body, body_bytes = wire.serialize(assembly.conversation, assembly.measurement)
     m = assembly.measurement
     new_layout = state.layout.with_cut(assembly.cut_seq)
-    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
-    digest["last_seq"] = state.last_seq  # with cut_seq: what rebuilds this request (see _rebuild_previous)
-    breakpoints: tuple[int, ...] = ()
-    if wire.cache_breakpoints:
-        ends = (digest["root_end"], digest["trunk_end"], m.total)
-        breakpoints = tuple(sorted({b for b in ends if 0 < b <= m.total}))
-    if prev_state is not None and prev_state.block_size != cache_model.block_size:
-        prev_state = None
+    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire, memo=memo)
+    prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
-                          prev_ids=trusted.packed if trusted else None, prev_chain=trusted.chain if trusted else None)
+                          prev_ids=trusted.packed if prev_state else None, prev_chain=trusted.chain if prev_state else None)
     divergence = None
-    if reuse.first_divergence_offset is not None and previous is not None and previous.layout:
-        divergence = Divergence(**explain_divergence(previous.layout, digest, reuse.first_divergence_offset))
+    if reuse.first_divergence_offset is not None and trusted is not None:
+        divergence = Divergence(**explain_divergence(trusted.layout, digest, reuse.first_divergence_offset))
     cache = CacheReport(
         model=cache_model.kind, block_size=cache_model.block_size,
         predicted_cached_tokens=reuse.predicted_cached_tokens, uncached_tokens=m.total - reuse.predicted_cached_tokens,
-        previous_tokens=reuse.previous_tokens, common_prefix_tokens=reuse.common_prefix_tokens,
-        common_prefix_exact=reuse.common_prefix_exact,
+        # a previous request that could be neither recognised nor rebuilt (e.g. the tokenizer changed): nothing known
+        previous_tokens=previous.length if previous is not None else 0,
+        common_prefix_tokens=reuse.common_prefix_tokens,
+        common_prefix_exact=reuse.common_prefix_exact and (previous is None or prev_state is not None),
         extends_previous=prev_state is not None and reuse.first_divergence_offset is None,
         breakpoints=breakpoints, first_divergence=divergence,
     )
@@ -144,47 +142,56 @@ def plan_request(
         layout=LayoutReport(root=wire.zones["root"], trunk=wire.zones["trunk"], leaf=wire.zones["leaf"],
                             cut_seq=assembly.cut_seq, version=new_layout.version, evicted_now=assembly.evicted_now,
                             elision_index=tuple(sorted(assembly.derived_payloads))),
-        items=items, elided=elided,
-        elided_tokens=sum(i.tokens or 0 for i in elided) + sum(i.elided_tokens for i in items),
+        items=items, elided=elided, ranges=assembly.ranges,
+        elided_tokens=sum(i.tokens or 0 for i in elided) + sum(r.tokens for r in assembly.ranges)
+        + sum(i.elided_tokens for i in items),
         layout_warnings=tuple(assembly.warnings),
     )
     return RequestPlan(
         body=body, body_bytes=body_bytes, manifest=manifest, loaded_layout=state.layout, layout=new_layout,
-        previous=PreviousRequest(state=reuse.state, layout=digest),
-        remembered=RememberedIds(state=reuse.state, packed=reuse.packed, chain=reuse.chain),
+        previous=PreviousRequest(length=m.total, fingerprint=reuse.state.fingerprint, last_seq=state.last_seq,
+                                 cut_seq=assembly.cut_seq),
+        remembered=RememberedIds(state=reuse.state, packed=reuse.packed, chain=reuse.chain, layout=digest),
         reuse=reuse, assembly=assembly,
     )
 
 
 
+def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
+              memo: MutableMapping[Any, Any] | None) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """The request's layout digest (with ``last_seq``: with the cut, what rebuilds it) and
+    its cache breakpoints (token offsets: the ends of the root, the trunk and the request,
+    for a format that marks them)."""
+    m = assembly.measurement
+    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
+    digest["last_seq"] = last_seq
+    breakpoints: tuple[int, ...] = ()
+    if wire.cache_breakpoints:
+        ends = (digest["root_end"], digest["trunk_end"], m.total)
+        breakpoints = tuple(sorted({b for b in ends if 0 < b <= m.total}))
+    return digest, breakpoints
+
+
 def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: PreviousRequest, *, policy: Policy,
-                      cache_model: CacheModel, meter: TokenMeter,
+                      wire: WireFormat, cache_model: CacheModel, meter: TokenMeter,
                       memo: MutableMapping[Any, Any] | None) -> RememberedIds | None:
     """The previous request's ids when this worker does not hold them (another worker
     served it, or this one restarted): planned again from what produced it, the events up
-    to its ``last_seq`` and its cut (both kept in its layout digest), and trusted only if
-    they give exactly the stored state (every block digest, the tail, the breakpoints).
-    None when they cannot be rebuilt; reuse is then known to block precision only."""
-    layout = previous.layout
-    last_seq, cut_seq = layout.get("last_seq"), layout.get("cut_seq")
-    if not isinstance(last_seq, int) or not isinstance(cut_seq, int) or not 0 <= last_seq <= state.last_seq:
+    to its ``last_seq`` laid out with its cut, and trusted only if they give exactly the
+    stored fingerprint. None when they cannot be rebuilt (e.g. the tokenizer changed):
+    nothing is then known of the previous request but its length."""
+    if not 0 <= previous.last_seq <= state.last_seq:
         return None
-    if previous.state.block_size != cache_model.block_size:
-        return None
-    earlier = [e for e in events if e.seq <= last_seq]
+    earlier = [e for e in events if e.seq <= previous.last_seq]
     try:
         assembly = assemble_window(state.session, earlier, budget=policy.budget, meter=meter,
-                                   item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=cut_seq,
+                                   item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=previous.cut_seq,
                                    render_reasoning=policy.render_reasoning, leaf_cache=memo)
     except DomainError:
         return None
-    breakpoints = [offset for offset, _ in previous.state.breakpoints]
-    ids = assembly.measurement.ids or ()
-    if len(ids) != previous.state.length or any(not 0 < b <= len(ids) for b in breakpoints):
+    if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:
         return None
-    try:
-        rebuilt = predict_reuse(None, ids, cache_model, breakpoints=breakpoints)
-    except ValueError:
-        return None
-    candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain)
-    return candidate if candidate.matches(previous.state) else None
+    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire, memo=memo)
+    rebuilt = predict_reuse(None, assembly.measurement.ids or (), cache_model, breakpoints=breakpoints)
+    candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain, layout=digest)
+    return candidate if candidate.matches(previous) else None

@@ -52,32 +52,51 @@ class SessionState:
 
 @dataclass(frozen=True)
 class PreviousRequest:
-    """What a session keeps, per wire format, of the last request served in that format:
-    the chained block digests (:class:`PrefixState`) and the layout digest
-    (:func:`app.domain.prefix_layout.layout_digest`) that explains a divergence."""
+    """What the store keeps, per session and wire format, of the last request served in
+    that format: enough to recognise its ids (``length`` in tokens and the
+    :attr:`PrefixState.fingerprint`) and to rebuild them (the events up to ``last_seq``
+    laid out with the cut ``cut_seq``), and the id of its manifest (the base of the next
+    manifest's delta). A few hundred bytes, rewritten by every GET."""
 
-    state: PrefixState
-    layout: Mapping[str, Any] = field(default_factory=dict)
+    length: int
+    fingerprint: str
+    last_seq: int
+    cut_seq: int
+    manifest_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": 3, "length": self.length, "fingerprint": self.fingerprint, "last_seq": self.last_seq,
+                "cut_seq": self.cut_seq, "manifest_id": self.manifest_id}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PreviousRequest:
+        """ValueError/KeyError on another version or a malformed record."""
+        if data.get("v") != 3:
+            raise ValueError(f"unsupported previous-request record version {data.get('v')!r}")
+        manifest_id = data.get("manifest_id")
+        return cls(length=int(data["length"]), fingerprint=str(data["fingerprint"]), last_seq=int(data["last_seq"]),
+                   cut_seq=int(data["cut_seq"]), manifest_id=None if manifest_id is None else int(manifest_id))
 
 
 @dataclass(frozen=True)
 class RememberedIds:
-    """The previous request's token ids and full block digests, remembered by one worker
-    (packed little-endian uint32, 32-byte digests) beside the :class:`PrefixState` they
-    produced. Trusted for a session only when that state equals the stored one (equal
-    length, block digests, tail and breakpoints): another worker may have served a request
-    of the same length since."""
+    """A served request's token ids and full block digests (packed little-endian uint32,
+    32-byte digests), its :class:`PrefixState` and its layout digest
+    (:func:`app.domain.prefix_layout.layout_digest`), as one worker holds them. Trusted
+    for a session only when the state's fingerprint and length equal the stored
+    :class:`PreviousRequest`'s: another worker may have served a request since, even one
+    of the same length."""
 
     state: PrefixState
     packed: bytes = field(repr=False)
     chain: tuple[bytes, ...] = field(repr=False)
+    layout: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
-    def matches(self, stored: PrefixState | None) -> bool:
-        """True when these ids are the ones ``stored`` was computed from (to 64-bit
-        block digests)."""
-        return stored is not None and stored == self.state
+    def matches(self, stored: PreviousRequest | None) -> bool:
+        """True when these ids are the ones ``stored`` was recorded from."""
+        return stored is not None and stored.length == self.state.length and stored.fingerprint == self.state.fingerprint
 
     @property
     def nbytes(self) -> int:
-        """Bytes held (ids, digests), for memo accounting."""
-        return len(self.packed) + 32 * len(self.chain) + len(self.state.digests)
+        """Bytes held (ids, digests, about 40 per leaf message of the layout), for memo accounting."""
+        return len(self.packed) + 32 * len(self.chain) + len(self.state.digests) + 40 * len(self.layout.get("leaf", ()))

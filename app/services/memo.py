@@ -5,11 +5,12 @@ Per session:
 * events: the parsed events up to a seq; the next GET fetches only later rows.
 * leaf: a map from what a turn group's leaf messages depend on to those messages (and
   bounded tool outputs); see ``assemble_window(leaf_cache=...)``.
-* prefix: per wire format, the previous request's ids (packed little-endian uint32) and
-  full chained block digests beside the prefix state they produced
-  (:class:`~app.domain.state.RememberedIds`), so prefix-reuse prediction hashes only the
-  new blocks and gives the exact divergence offset. The planner trusts them only when
-  that state equals the stored one (another worker may have served since).
+* prefix: per wire format, the last served request's ids (packed little-endian uint32),
+  full chained block digests and layout digest (:class:`~app.domain.state.RememberedIds`),
+  so prefix-reuse prediction hashes only the new blocks and gives the exact divergence.
+  The planner trusts them only when their fingerprint equals the stored one (another
+  worker may have served since); otherwise it rebuilds the previous request.
+* manifests: per wire format, the last stored manifest (the base of the next one's delta).
 
 The memo does no I/O: the GET's load step passes it a loader for the rows it lacks, and
 the planner receives its values explicitly. One memo per app (``app.state.memo``).
@@ -21,7 +22,7 @@ and arguments, counted twice for the leaf messages built from them, at 1 byte pe
 character for ASCII) and its remembered ids and digests.
 
 Everything here is an optimisation: on a miss (another worker, a restart, an evicted
-session) the service reads the database and hashes everything, with identical results.
+session) the service reads the database and rebuilds, with identical results.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from app.domain.state import RememberedIds
 from app.domain.types import Event, MessageEvent, ToolResultEvent
+from app.store.repository import StoredManifest
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_SESSIONS = 512
@@ -58,10 +62,12 @@ class _Entry:
     event_bytes: int = 0
     leaf: dict[Any, Any] = field(default_factory=dict)
     prefix: dict[str, RememberedIds] = field(default_factory=dict)
+    manifests: dict[str, tuple[StoredManifest, int]] = field(default_factory=dict)  # (manifest, its JSON bytes)
 
     @property
     def size(self) -> int:
-        return self.event_bytes + sum(r.nbytes for r in self.prefix.values())
+        return (self.event_bytes + sum(r.nbytes for r in self.prefix.values())
+                + sum(n for _, n in self.manifests.values()))
 
 
 class AssemblyMemo:
@@ -138,9 +144,21 @@ class AssemblyMemo:
             entry = self._sessions.get(session_id)
             return None if entry is None else entry.prefix.get(fmt)
 
-    def remember(self, session_id: str, fmt: str, remembered: RememberedIds) -> None:
+    def manifest(self, session_id: str, fmt: str) -> StoredManifest | None:
+        """The last manifest this worker stored for the session in ``fmt``."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            held = None if entry is None else entry.manifests.get(fmt)
+            return None if held is None else held[0]
+
+    def remember(self, session_id: str, fmt: str, remembered: RememberedIds,
+                 manifest: StoredManifest | None = None) -> None:
+        """Keep the ids (and the stored manifest) of the request just served in ``fmt``."""
+        size = len(orjson.dumps(manifest.data)) if manifest is not None else 0
         with self._lock:
             entry = self._entry(session_id)
             before = entry.size
             entry.prefix[fmt] = remembered
+            if manifest is not None:
+                entry.manifests[fmt] = (manifest, size)
             self._resize(entry, before)

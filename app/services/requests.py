@@ -24,7 +24,7 @@ from app.domain.assembly import Assembly
 from app.domain.errors import LayoutContention, ManifestNotFound, SessionNotFound, UnsupportedFormat
 from app.domain.layout import Conversation
 from app.domain.manifest import Manifest, ManifestSummary
-from app.domain.planner import Policy, RequestPlan, plan_request
+from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_request
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.state import PreviousRequest, SessionState
@@ -127,11 +127,14 @@ class AssembledRequest:
 
 @dataclass(frozen=True)
 class Loaded:
-    """What one GET reads (one snapshot)."""
+    """What one GET reads (one snapshot): the session state, its events, what is kept of
+    the previous request in the asked format, and that request's manifest (the base of
+    this one's stored delta)."""
 
     state: SessionState
     events: list[Event]
     previous: PreviousRequest | None
+    base: repo.StoredManifest | None = None
 
 
 def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str) -> Loaded:
@@ -143,14 +146,20 @@ def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str) -> Loade
     state, previous = found
     events = memo.events(session_id, state.last_seq,
                          lambda after: repo.load_events(db, session_id, after_seq=after, upto_seq=state.last_seq))
-    return Loaded(state=state, events=events, previous=previous)
+    base = None
+    if previous is not None and previous.manifest_id is not None:
+        base = memo.manifest(session_id, fmt)
+        if base is None or base.id != previous.manifest_id:  # served by another worker: read it
+            base = repo.load_manifest(db, session_id, previous.manifest_id)
+    return Loaded(state=state, events=events, previous=previous, base=base)
 
 
-def save(db: OrmSession, plan: RequestPlan) -> Manifest | None:
+def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
     """SAVE: the layout state by compare-and-set (or, unchanged, a check that it is still
-    the one planned from), the payloads the request names, the prefix state, the manifest.
-    Returns the stored manifest (with its id), or None when another worker moved the
-    layout state first (nothing written)."""
+    the one planned from), the payloads the request names, the manifest (a delta of
+    ``base``, the previous manifest in this format, see ``repo.add_manifest``) and what the
+    next GET keeps of this request. Returns the stored manifest, or None when another
+    worker moved the layout state first (nothing written)."""
     manifest = plan.manifest
     sid = manifest.session_id
     if plan.layout_changed:
@@ -161,8 +170,9 @@ def save(db: OrmSession, plan: RequestPlan) -> Manifest | None:
     for handle, data in plan.derived_payloads.items():
         stored = repo.put_payload(db, data)
         assert stored == handle  # content-addressed: the note names exactly what is stored
-    repo.put_previous_request(db, sid, manifest.format, plan.previous)
-    return replace(manifest, id=repo.add_manifest(db, manifest))
+    saved = repo.add_manifest(db, manifest, base=base, planner_version=PLANNER_VERSION)
+    repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
+    return saved
 
 
 def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
@@ -194,13 +204,13 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id))
         with unit_of_work(factory) as db:
-            manifest = save(db, plan)
-        if manifest is None:
+            saved = save(db, plan, loaded.base)
+        if saved is None:
             continue
-        memo.remember(session_id, fmt, plan.remembered)
+        memo.remember(session_id, fmt, plan.remembered, saved)
         _observe(profile, plan)
-        return AssembledRequest(request=plan.body, manifest=manifest, body_bytes=plan.body_bytes,
-                                assembly=plan.assembly, reuse=plan.reuse, attempts=attempt)
+        return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
+                                body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt)
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
 

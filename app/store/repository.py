@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sqlalchemy import func, select, update
@@ -11,7 +12,6 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.manifest import Manifest, ManifestSummary
-from app.domain.prefix import PrefixState
 from app.domain.state import LayoutState, PreviousRequest, SessionState
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -25,6 +25,7 @@ from app.domain.types import (
     ToolCall,
     ToolResultEvent,
 )
+from app.store import delta
 from app.store.tables import (
     ArtifactRow,
     EventRow,
@@ -71,7 +72,7 @@ def load_session_state(db: OrmSession, session_id: str,
                SessionRow.meta, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq]
     query = select(*columns).outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
     if fmt is not None:
-        query = query.add_columns(PrefixStateRow.state, PrefixStateRow.layout).outerjoin(
+        query = query.add_columns(PrefixStateRow.state).outerjoin(
             PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == fmt))
     row = db.execute(query.where(SessionRow.id == session_id)).first()
     if row is None:
@@ -79,7 +80,7 @@ def load_session_state(db: OrmSession, session_id: str,
     sid, profile, contract, system, tools, meta, last_seq, version, cut_seq = row[:9]
     state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
                          layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)))
-    return state, (previous_request(row[9], row[10]) if fmt is not None else None)
+    return state, (previous_request(row[9]) if fmt is not None else None)
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
@@ -230,14 +231,68 @@ def event_count(db: OrmSession, session_id: str) -> int:
 
 # --- manifests ------------------------------------------------------------------------
 
-def add_manifest(db: OrmSession, manifest: Manifest) -> int:
-    """Store ``manifest`` (its ``id`` is ignored); returns the new id."""
+KEYFRAME_EVERY = 16  # a manifest stored whole at least every 16 manifests of a session and format
+
+
+@dataclass(frozen=True)
+class StoredManifest:
+    """A stored manifest as the next one's delta base: its id, its JSON (without ``id``),
+    the deltas since its keyframe (``depth``) and that keyframe's id."""
+
+    id: int
+    data: dict[str, Any] = field(repr=False)
+    depth: int = 0
+    keyframe_id: int | None = None
+
+    @property
+    def chain_start(self) -> int:
+        return self.keyframe_id if self.keyframe_id is not None else self.id
+
+
+def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | None = None,
+                 planner_version: int | None = None) -> StoredManifest:
+    """Store ``manifest`` (its ``id`` is ignored): as a delta of ``base`` (the session's
+    previous manifest in the same format), or whole when there is none or ``base`` is
+    ``KEYFRAME_EVERY - 1`` deltas from its keyframe. Returns it as the next base."""
+    data = manifest.to_json()
+    data.pop("id", None)
+    keyframe = base is None or base.depth + 1 >= KEYFRAME_EVERY
     row = ManifestRow(session_id=manifest.session_id, format=manifest.format, last_seq=manifest.last_seq,
                       request_sha256=manifest.request_sha256, tokens_total=manifest.tokens.total,
-                      manifest=manifest.to_json())
+                      planner_version=planner_version)
+    if base is None or keyframe:
+        row.manifest, row.depth = data, 0
+    else:
+        row.manifest = delta.diff(base.data, data) or {"{": {}}
+        row.base_id, row.keyframe_id, row.depth = base.id, base.chain_start, base.depth + 1
     db.add(row)
     db.flush()
-    return row.id
+    return StoredManifest(id=row.id, data=data, depth=row.depth, keyframe_id=row.keyframe_id)
+
+
+def load_manifest(db: OrmSession, session_id: str, manifest_id: int) -> StoredManifest | None:
+    """The stored manifest ``manifest_id`` of ``session_id``, rebuilt from its keyframe and
+    deltas (two statements), or None if absent or another session's."""
+    head = db.execute(select(ManifestRow.format, ManifestRow.manifest, ManifestRow.base_id, ManifestRow.keyframe_id,
+                             ManifestRow.depth)
+                      .where(ManifestRow.id == manifest_id, ManifestRow.session_id == session_id)).first()
+    if head is None:
+        return None
+    fmt, data, base_id, keyframe_id, depth = head
+    if base_id is not None:
+        start = keyframe_id if keyframe_id is not None else base_id
+        rows = {r.id: (r.base_id, r.manifest) for r in db.execute(
+            select(ManifestRow.id, ManifestRow.base_id, ManifestRow.manifest)
+            .where(ManifestRow.session_id == session_id, ManifestRow.format == fmt,
+                   ManifestRow.id >= start, ManifestRow.id < manifest_id))}
+        chain = [data]
+        while base_id is not None:
+            base_id, stored = rows[base_id]
+            chain.append(stored)
+        data = chain.pop()
+        while chain:
+            data = delta.apply(data, chain.pop())
+    return StoredManifest(id=manifest_id, data=data, depth=int(depth or 0), keyframe_id=keyframe_id)
 
 
 def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: int | None = None) -> list[ManifestSummary]:
@@ -253,10 +308,10 @@ def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: in
 
 
 def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest | None:
-    """The stored manifest ``manifest_id`` of ``session_id`` (None if absent or another session's)."""
-    row = db.execute(select(ManifestRow.id, ManifestRow.manifest)
-                     .where(ManifestRow.id == manifest_id, ManifestRow.session_id == session_id)).first()
-    return None if row is None else Manifest.from_json(row.manifest | {"id": row.id})
+    """The stored manifest ``manifest_id`` of ``session_id`` exactly as it was served
+    (None if absent or another session's)."""
+    stored = load_manifest(db, session_id, manifest_id)
+    return None if stored is None else Manifest.from_json(stored.data | {"id": stored.id})
 
 
 # --- layout states --------------------------------------------------------------------
@@ -280,24 +335,24 @@ def layout_is(db: OrmSession, session_id: str, expected: LayoutState) -> bool:
 
 # --- prefix states --------------------------------------------------------------------
 
-def previous_request(state: dict[str, Any] | None, layout: dict[str, Any] | None) -> PreviousRequest | None:
-    """A stored prefix state row's columns as a value (None if absent, or if the state
-    cannot be read: the next request then starts a fresh chain)."""
+def previous_request(state: dict[str, Any] | None) -> PreviousRequest | None:
+    """A stored prefix-state record as a value (None if absent or unreadable: the next
+    request is then reported as the session's first in that format)."""
     if state is None:
         return None
     try:
-        return PreviousRequest(state=PrefixState.from_json(state), layout=layout or {})
+        return PreviousRequest.from_json(state)
     except (ValueError, KeyError, TypeError):
         return None
 
 
 def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
-    state, layout = previous.state.to_json(), dict(previous.layout)
-    values = {"session_id": session_id, "format": fmt, "state": state, "layout": layout, "updated_at": utcnow()}
+    state = previous.to_json()
+    values = {"session_id": session_id, "format": fmt, "state": state, "updated_at": utcnow()}
     insert = _upsert_insert(db)
     if insert is None:
         raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
     # an upsert: two concurrent GETs of one session must not collide on the primary key
     statement = insert(PrefixStateRow).values(**values)
     db.execute(statement.on_conflict_do_update(index_elements=["session_id", "format"],
-                                               set_={"state": state, "layout": layout, "updated_at": values["updated_at"]}))
+                                               set_={"state": state, "updated_at": values["updated_at"]}))

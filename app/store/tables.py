@@ -83,7 +83,9 @@ class ArtifactRow(Base):
 
 
 class ManifestRow(Base):
-    """The persisted assembly manifest of every served request (seed 003)."""
+    """The persisted assembly manifest of every served request (seed 003), stored as a
+    delta of the session's previous manifest in the same format, with a keyframe (the whole
+    manifest) every ``KEYFRAME_EVERY`` manifests (app/store/repository.py)."""
 
     __tablename__ = "manifests"
     __table_args__ = (Index("ix_manifests_session", "session_id", "id"),)
@@ -94,18 +96,23 @@ class ManifestRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer)
     request_sha256: Mapped[str] = mapped_column(String(64))
     tokens_total: Mapped[int] = mapped_column(Integer)
+    # a keyframe (base_id NULL): the whole manifest; a delta: app/store/delta.py of base_id's
     manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    base_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), nullable=True)
+    keyframe_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), nullable=True)
+    depth: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # deltas since the keyframe
+    planner_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class PrefixStateRow(Base):
-    """Per session and wire format: the previous request's chained block hashes and the
-    leaf index used to explain where the next request diverges (issue: prefix reuse)."""
+    """Per session and wire format, what is kept of the last request served in it: its
+    length, fingerprint, what rebuilds it and its manifest's id (app/domain/state.py
+    ``PreviousRequest``; migration 0004 replaced the whole block digests and layout)."""
 
     __tablename__ = "prefix_states"
 
     session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
     format: Mapped[str] = mapped_column(String(16), primary_key=True)
-    state: Mapped[dict[str, Any]] = mapped_column(JSON)
-    layout: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)  # PreviousRequest.to_json(): ~200 bytes
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

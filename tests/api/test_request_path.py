@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from app.api.schemas import ManifestOut
 from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.main import create_app
 from app.services import requests as request_service
@@ -69,9 +70,18 @@ def _replay(clients: list[TestClient], *, formats: tuple[str, ...] = ("openai", 
             assert post(clients[call % len(clients)], sid, *step.events).status_code == 200
         elif isinstance(step, ModelCall):
             for fmt in formats:
-                r = clients[call % len(clients)].get(f"/v1/sessions/{sid}/request?format={fmt}")
+                client = clients[call % len(clients)]
+                r = client.get(f"/v1/sessions/{sid}/request?format={fmt}")
                 assert r.status_code == 200, r.text
-                manifests.append(r.json()["manifest"])
+                manifest = r.json()["manifest"]
+                ManifestOut.model_validate(manifest)
+                listed = [i["seq"] for i in manifest["items"] + manifest["elided"]]
+                ranged = sum(x["events"] for x in manifest.get("ranges", ()))
+                assert len(set(listed)) == len(listed) and len(listed) + ranged == manifest["last_seq"], \
+                    "every event accounted for exactly once"
+                other = clients[(call + 1) % len(clients)]  # read back by the other instance
+                assert other.get(f"/v1/sessions/{sid}/manifests/{manifest['id']}").json() == manifest
+                manifests.append(manifest)
             call += 1
     return manifests
 
@@ -95,6 +105,10 @@ def test_two_instances_alternating_gets_report_what_one_instance_reports(pair: t
         if one["format"] == "anthropic":  # (the openai body names its session in prompt_cache_key)
             assert two["request_sha256"] == one["request_sha256"]
     assert all(m["cache"]["common_prefix_exact"] for m in single[2:]), "exact with the ids at hand or rebuilt"
+    ranged = [m for m in single if m.get("ranges")]
+    assert ranged, "the trace evicts more turn groups than the manifest lists one by one"
+    assert all(sum(i["kind"] == "message" for i in m["elided"]) <= 32 for m in single), \
+        "evicted turn groups listed one by one: the 32 newest (the elision note's lines), the rest in a range"
 
 
 def _step_session(client: TestClient, padding: int) -> str:
@@ -171,11 +185,11 @@ def test_concurrent_gets_crossing_the_trigger_make_one_decision_and_serve_one_bo
     real_save = request_service.save
     attempts: list[int] = []
 
-    def save_after_both_planned(db, plan):  # type: ignore[no-untyped-def]
+    def save_after_both_planned(db, plan, base=None):  # type: ignore[no-untyped-def]
         if plan.loaded_layout.version == 0:
             barrier.wait()
         attempts.append(plan.loaded_layout.version)
-        return real_save(db, plan)
+        return real_save(db, plan, base)
 
     a, b = pair
     sid = new_session(a, **TINY_SESSION)

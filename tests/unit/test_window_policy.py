@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.assembly import assemble_window, build_turn_groups
+from app.domain.assembly import NOTE_MAX_GROUPS, assemble_window, build_turn_groups
 from app.domain.budget import Budget
 from app.domain.errors import PinnedOverBudget
 from app.domain.types import Constraint, Contract, MessageEvent, Session, StepEvent, ToolCall, ToolResultEvent
@@ -55,8 +55,13 @@ def check_invariants(result, events, budget) -> None:
         assert handle[:12] in conv.trunk, "the note names its index payload"
     for handle in elided_handles:
         assert handle[:12] in conv.trunk or handle in index_text, "the elision note names every dropped handle"
-    accounted = {i.seq for i in result.items} | {e.seq for e in result.elided}
-    assert accounted == {e.seq for e in events}
+    listed = [i.seq for i in result.items] + [e.seq for e in result.elided]
+    assert len(listed) == len(set(listed)), "an event is listed once"
+    unlisted = {e.seq for e in events} - set(listed)
+    assert set(listed) <= {e.seq for e in events}
+    assert len(unlisted) == sum(r.events for r in result.ranges), "every other event is in a range"
+    assert all(any(r.seq_from <= seq <= r.seq_to for r in result.ranges) for seq in unlisted)
+    assert len(result.elided) <= 4 * NOTE_MAX_GROUPS and len(result.ranges) <= 1, "bounded by the window"
 
 
 def test_groups_pair_parallel_calls_out_of_order() -> None:
@@ -136,9 +141,14 @@ def test_note_stays_bounded_with_an_index_of_older_groups() -> None:
     (handle, data), = result.derived_payloads.items()
     assert hashlib.sha256(data).hexdigest() == handle
     index = json.loads(data)
-    dropped_turns = [e for e in result.elided if e.kind == "message"]
-    assert len(index) == len(dropped_turns) - 32
-    assert index[0]["turn"] == dropped_turns[0].handle
+    listed_turns = [e for e in result.elided if e.kind == "message"]
+    assert len(listed_turns) == 32, "the manifest lists the groups the note lists line by line"
+    (older,) = result.ranges
+    assert older.index == handle and older.representations == {"elided": 2 * len(index)}
+    assert older.seq_from == 1 and older.events == 2 * len(index)
+    assert index[0]["turn"] == events[0].handle and index[-1]["seq"] == older.seq_to - 1
+    assert listed_turns[0].seq == older.seq_to + 1
+    assert older.tokens == 5 * len(index)
 
 
 def test_item_cap_bounds_tool_output_head_tail() -> None:

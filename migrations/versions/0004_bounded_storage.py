@@ -1,0 +1,45 @@
+"""bounded storage: manifests as deltas with keyframes; prefix states as small records
+
+Revision ID: 0004
+Revises: 0003
+
+Manifests gain ``base_id`` (NULL for a keyframe, i.e. every manifest stored before),
+``keyframe_id``, ``depth`` and ``planner_version``. Prefix states keep only what
+recognises and rebuilds the previous request (app/domain/state.py PreviousRequest): the
+``layout`` column is dropped and the old records (whole block digests) are deleted; the
+next GET of each session and format is then reported as its first (no prediction of
+cached tokens for that one request). Downgrade drops the new columns and keeps only the
+keyframes; prefix states are emptied again.
+"""
+from alembic import op
+import sqlalchemy as sa
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("manifests") as batch_op:
+        batch_op.add_column(sa.Column("base_id", _ID, nullable=True))
+        batch_op.add_column(sa.Column("keyframe_id", _ID, nullable=True))
+        batch_op.add_column(sa.Column("depth", sa.Integer(), nullable=False, server_default="0"))
+        batch_op.add_column(sa.Column("planner_version", sa.Integer(), nullable=True))
+    op.execute("DELETE FROM prefix_states")
+    with op.batch_alter_table("prefix_states") as batch_op:
+        batch_op.drop_column("layout")
+
+
+def downgrade() -> None:
+    op.execute("DELETE FROM prefix_states")
+    with op.batch_alter_table("prefix_states") as batch_op:
+        batch_op.add_column(sa.Column("layout", sa.JSON(), nullable=False, server_default="{}"))
+    op.execute("DELETE FROM manifests WHERE base_id IS NOT NULL")
+    with op.batch_alter_table("manifests") as batch_op:
+        batch_op.drop_column("planner_version")
+        batch_op.drop_column("depth")
+        batch_op.drop_column("keyframe_id")
+        batch_op.drop_column("base_id")
