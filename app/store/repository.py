@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import orjson
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -231,6 +233,16 @@ def event_count(db: OrmSession, session_id: str) -> int:
 
 # --- manifests ------------------------------------------------------------------------
 
+def _pack(value: Any) -> bytes:
+    """A stored manifest (or delta): JSON, zlib-compressed (a manifest's JSON repeats its
+    keys and reasons on every item, and compresses about 6-fold)."""
+    return zlib.compress(orjson.dumps(value), 6)
+
+
+def _unpack(data: bytes) -> Any:
+    return orjson.loads(zlib.decompress(data))
+
+
 KEYFRAME_EVERY = 16  # a manifest stored whole at least every 16 manifests of a session and format
 
 
@@ -261,9 +273,9 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
                       request_sha256=manifest.request_sha256, tokens_total=manifest.tokens.total,
                       planner_version=planner_version)
     if base is None or keyframe:
-        row.manifest, row.depth = data, 0
+        row.data, row.depth = _pack(data), 0
     else:
-        row.manifest = delta.diff(base.data, data) or {"{": {}}
+        row.data = _pack(delta.diff(base.data, data) or {"{": {}})
         row.base_id, row.keyframe_id, row.depth = base.id, base.chain_start, base.depth + 1
     db.add(row)
     db.flush()
@@ -273,16 +285,17 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
 def load_manifest(db: OrmSession, session_id: str, manifest_id: int) -> StoredManifest | None:
     """The stored manifest ``manifest_id`` of ``session_id``, rebuilt from its keyframe and
     deltas (two statements), or None if absent or another session's."""
-    head = db.execute(select(ManifestRow.format, ManifestRow.manifest, ManifestRow.base_id, ManifestRow.keyframe_id,
-                             ManifestRow.depth)
+    head = db.execute(select(ManifestRow.format, ManifestRow.manifest, ManifestRow.data, ManifestRow.base_id,
+                             ManifestRow.keyframe_id, ManifestRow.depth)
                       .where(ManifestRow.id == manifest_id, ManifestRow.session_id == session_id)).first()
     if head is None:
         return None
-    fmt, data, base_id, keyframe_id, depth = head
+    fmt, old, packed, base_id, keyframe_id, depth = head
+    data = _unpack(packed) if packed is not None else old
     if base_id is not None:
         start = keyframe_id if keyframe_id is not None else base_id
-        rows = {r.id: (r.base_id, r.manifest) for r in db.execute(
-            select(ManifestRow.id, ManifestRow.base_id, ManifestRow.manifest)
+        rows = {r.id: (r.base_id, _unpack(r.data) if r.data is not None else r.manifest) for r in db.execute(
+            select(ManifestRow.id, ManifestRow.base_id, ManifestRow.manifest, ManifestRow.data)
             .where(ManifestRow.session_id == session_id, ManifestRow.format == fmt,
                    ManifestRow.id >= start, ManifestRow.id < manifest_id))}
         chain = [data]

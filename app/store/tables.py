@@ -96,8 +96,10 @@ class ManifestRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer)
     request_sha256: Mapped[str] = mapped_column(String(64))
     tokens_total: Mapped[int] = mapped_column(Integer)
-    # a keyframe (base_id NULL): the whole manifest; a delta: app/store/delta.py of base_id's
-    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # rows stored before migration 0004
+    # zlib-compressed JSON: a keyframe (base_id NULL) is the whole manifest, a delta an
+    # app/store/delta.py delta of base_id's
+    data: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     base_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), nullable=True)
     keyframe_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), nullable=True)
     depth: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # deltas since the keyframe
