@@ -44,9 +44,9 @@ def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Pr
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
-def get_session(session_id: str, uow: Uow) -> SessionOut:
-    with uow() as db:
-        return SessionOut(**session_service.describe_session(db, session_id))
+def get_session(session_id: str, db: Db) -> SessionOut:
+    with read_only(db.read) as conn:
+        return SessionOut(**session_service.describe_session(conn, session_id))
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
@@ -94,12 +94,12 @@ def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1)], db: D
 
 
 @router.get("/handles/{handle}", responses=ERRORS | {200: {"content": {"application/octet-stream": {}}}})
-def get_handle(handle: str, uow: Uow,
+def get_handle(handle: str, db: Db,
                offset: Annotated[int | None, Query(ge=0, description="byte offset")] = None,
                length: Annotated[int | None, Query(ge=0, description="bytes")] = None,
                lines: Annotated[str | None, Query(pattern=r"^\d+:\d+$", description="a:b, 1-based, inclusive")] = None) -> Response:
     """The raw payload exactly as posted, or a byte or line slice of it."""
-    with uow() as db:
-        full, data, size = session_service.read_handle(db, handle, offset=offset, length=length, lines=lines)
+    with read_only(db.read) as conn:
+        full, data, size = session_service.read_handle(conn, handle, offset=offset, length=length, lines=lines)
     return Response(content=data, media_type="application/octet-stream",
                     headers={"X-Ctxd-Handle": full, "X-Ctxd-Payload-Size": str(size), "ETag": f'"{full}"'})
