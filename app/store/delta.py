@@ -28,22 +28,39 @@ def _key(value: Any) -> bytes:
 
 
 def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
-    positions: dict[bytes, list[int]] = {}
-    for i, value in enumerate(base):
-        positions.setdefault(_key(value), []).append(i)
     ops: list[Any] = []
-    for value in new:
-        at = positions.get(_key(value), ())
-        last = ops[-1] if ops else None
-        if isinstance(last, list) and last[1] in at:  # continue a copy run
-            last[1] += 1
-        elif at:
-            ops.append([at[0], at[0] + 1])
-        elif isinstance(last, dict):
-            last["+"].append(value)
-        else:
-            ops.append({"+": [value]})
+    positions: dict[bytes, list[int]] | None = None
+    i = 0
+    while i < len(new):
+        # the usual case first: a run of new values equal to a run of base values (C-level ==)
+        start = ops[-1][1] if ops and isinstance(ops[-1], list) else 0
+        at = next((j for j in range(start, min(len(base), start + 64)) if _same(base[j], new[i])), None)
+        if at is None:
+            if positions is None:
+                positions = {}
+                for j, value in enumerate(base):
+                    positions.setdefault(_key(value), []).append(j)
+            found = positions.get(_key(new[i]))
+            at = found[0] if found else None
+        if at is None:
+            if ops and isinstance(ops[-1], dict):
+                ops[-1]["+"].append(new[i])
+            else:
+                ops.append({"+": [new[i]]})
+            i += 1
+            continue
+        end = at + 1
+        i += 1
+        while i < len(new) and end < len(base) and _same(base[end], new[i]):
+            end, i = end + 1, i + 1
+        ops.append([at, end])
     return ops
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included (``1`` is not ``true``): Python's == first (fast,
+    in C), then, only when it says equal, the serialized forms."""
+    return bool(a == b) and (type(a) is type(b) and isinstance(a, str) or _key(a) == _key(b))
 
 
 def diff(base: Any, new: Any) -> Any:
@@ -69,7 +86,7 @@ def diff(base: Any, new: Any) -> Any:
             out["order"] = list(new)  # keep the served key order exactly
         return out
     if isinstance(base, list) and isinstance(new, list):
-        return None if _key(base) == _key(new) else {"[": _diff_list(base, new)}
+        return None if _same(base, new) else {"[": _diff_list(base, new)}
     if type(base) is type(new) and base == new:
         return None
     return {"=": new}

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import orjson
 from sqlalchemy import func, select, update
+from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session as OrmSession
@@ -268,18 +269,18 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
     ``KEYFRAME_EVERY - 1`` deltas from its keyframe. Returns it as the next base."""
     data = manifest.to_json()
     data.pop("id", None)
-    keyframe = base is None or base.depth + 1 >= KEYFRAME_EVERY
-    row = ManifestRow(session_id=manifest.session_id, format=manifest.format, last_seq=manifest.last_seq,
-                      request_sha256=manifest.request_sha256, tokens_total=manifest.tokens.total,
-                      planner_version=planner_version)
-    if base is None or keyframe:
-        row.data, row.depth = _pack(data), 0
+    values: dict[str, Any] = {"session_id": manifest.session_id, "format": manifest.format,
+                              "last_seq": manifest.last_seq, "request_sha256": manifest.request_sha256,
+                              "tokens_total": manifest.tokens.total, "planner_version": planner_version,
+                              "created_at": utcnow()}
+    if base is None or base.depth + 1 >= KEYFRAME_EVERY:
+        values |= {"data": _pack(data), "depth": 0, "base_id": None, "keyframe_id": None}
     else:
-        row.data = _pack(delta.diff(base.data, data) or {"{": {}})
-        row.base_id, row.keyframe_id, row.depth = base.id, base.chain_start, base.depth + 1
-    db.add(row)
-    db.flush()
-    return StoredManifest(id=row.id, data=data, depth=row.depth, keyframe_id=row.keyframe_id)
+        values |= {"data": _pack(delta.diff(base.data, data) or {"{": {}}), "depth": base.depth + 1,
+                   "base_id": base.id, "keyframe_id": base.chain_start}
+    # a Core insert (no ORM object for a row that is never read back as one)
+    new_id = db.execute(core_insert(ManifestRow).values(**values).returning(ManifestRow.id)).scalar_one()
+    return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
 
 
 def load_manifest(db: OrmSession, session_id: str, manifest_id: int) -> StoredManifest | None:
