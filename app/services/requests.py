@@ -155,22 +155,24 @@ def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str) -> Loade
 
 
 def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
-    """SAVE: the layout state by compare-and-set (or, unchanged, a check that it is still
-    the one planned from), the payloads the request names, the manifest (a delta of
-    ``base``, the previous manifest in this format, see ``repo.add_manifest``) and what the
+    """SAVE: the layout state by compare-and-set when the plan moved it, the manifest (a
+    delta of ``base``, the previous manifest in this format; stored only if the layout
+    state is still the one planned with), the payloads the request names, and what the
     next GET keeps of this request. Returns the stored manifest, or None when another
-    worker moved the layout state first (nothing written)."""
+    worker moved the layout state first (the caller's transaction then writes nothing)."""
     manifest = plan.manifest
     sid = manifest.session_id
-    if plan.layout_changed:
-        if not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout):
-            return None
-    elif not repo.layout_is(db, sid, plan.loaded_layout):
+    if plan.layout_changed and not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout):
         return None
+    saved = repo.add_manifest(db, manifest, base=base, planner_version=PLANNER_VERSION,
+                              layout_version=plan.layout.version)
+    if saved is None:  # planned from a layout state another worker has moved since
+        return None
+    stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
     for handle, data in plan.derived_payloads.items():
-        stored = repo.put_payload(db, data)
-        assert stored == handle  # content-addressed: the note names exactly what is stored
-    saved = repo.add_manifest(db, manifest, base=base, planner_version=PLANNER_VERSION)
+        if handle not in stored_before:  # the previous manifest's index payloads are stored already
+            stored = repo.put_payload(db, data)
+            assert stored == handle  # content-addressed: the note names exactly what is stored
     repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
     return saved
 
@@ -205,8 +207,9 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id))
         with unit_of_work(factory) as db:
             saved = save(db, plan, loaded.base)
-        if saved is None:
-            continue
+            if saved is None:
+                db.rollback()
+                continue
         memo.remember(session_id, fmt, plan.remembered, saved)
         _observe(profile, plan)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),

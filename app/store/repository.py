@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import orjson
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -263,10 +263,14 @@ class StoredManifest:
 
 
 def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | None = None,
-                 planner_version: int | None = None) -> StoredManifest:
+                 planner_version: int | None = None, layout_version: int | None = None) -> StoredManifest | None:
     """Store ``manifest`` (its ``id`` is ignored): as a delta of ``base`` (the session's
     previous manifest in the same format), or whole when there is none or ``base`` is
-    ``KEYFRAME_EVERY - 1`` deltas from its keyframe. Returns it as the next base."""
+    ``KEYFRAME_EVERY - 1`` deltas from its keyframe. Returns it as the next base.
+
+    ``layout_version``: store it only if the session's layout state still has this
+    version (one ``INSERT ... SELECT ... WHERE EXISTS``); None when it has not (nothing
+    stored: another worker moved the layout state)."""
     data = manifest.to_json()
     data.pop("id", None)
     values: dict[str, Any] = {"session_id": manifest.session_id, "format": manifest.format,
@@ -279,7 +283,17 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
         values |= {"data": _pack(delta.diff(base.data, data) or {"{": {}}), "depth": base.depth + 1,
                    "base_id": base.id, "keyframe_id": base.chain_start}
     # a Core insert (no ORM object for a row that is never read back as one)
-    new_id = db.execute(core_insert(ManifestRow).values(**values).returning(ManifestRow.id)).scalar_one()
+    table = ManifestRow.__table__
+    if layout_version is None:
+        statement = core_insert(ManifestRow).values(**values)
+    else:
+        current = select(LayoutStateRow.session_id).where(LayoutStateRow.session_id == manifest.session_id,
+                                                          LayoutStateRow.version == layout_version)
+        row = select(*[literal(v, table.c[k].type).label(k) for k, v in values.items()]).where(current.exists())
+        statement = core_insert(ManifestRow).from_select(list(values), row)
+    new_id = db.execute(statement.returning(ManifestRow.id)).scalar_one_or_none()
+    if new_id is None:
+        return None
     return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
 
 
@@ -337,14 +351,6 @@ def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutStat
                       .where(LayoutStateRow.session_id == session_id, LayoutStateRow.version == expected.version)
                       .values(version=new.version, cut_seq=new.cut_seq, updated_at=utcnow()))
     return bool(done.rowcount == 1)  # type: ignore[attr-defined]
-
-
-def layout_is(db: OrmSession, session_id: str, expected: LayoutState) -> bool:
-    """True when the stored layout state is still ``expected`` (its version); on
-    PostgreSQL the row stays share-locked until the transaction ends."""
-    version = db.execute(select(LayoutStateRow.version).where(LayoutStateRow.session_id == session_id)
-                         .with_for_update(read=True)).scalar_one_or_none()
-    return (version or 0) == expected.version
 
 
 # --- prefix states --------------------------------------------------------------------
