@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import orjson
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -67,23 +67,28 @@ def session_from_row(row: SessionRow) -> Session:
     return _session(row.id, row.profile, row.contract, row.system, row.tools, row.meta)
 
 
+# The GET path's statements are built once (the hot path then skips building a statement
+# and its cache key on every call); values are bound per call.
+_SESSION_STATE = (
+    select(SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
+           SessionRow.meta, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq, PrefixStateRow.state)
+    .outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
+    .outerjoin(PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == bindparam("fmt")))
+    .where(SessionRow.id == bindparam("sid"))
+)
+
+
 def load_session_state(db: OrmSession, session_id: str,
                        fmt: str | None = None) -> tuple[SessionState, PreviousRequest | None] | None:
     """The session, its last seq and its layout state and, with ``fmt``, what it keeps of
     its last request in that format: one statement. None when there is no such session."""
-    columns = [SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
-               SessionRow.meta, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq]
-    query = select(*columns).outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
-    if fmt is not None:
-        query = query.add_columns(PrefixStateRow.state).outerjoin(
-            PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == fmt))
-    row = db.execute(query.where(SessionRow.id == session_id)).first()
+    row = db.execute(_SESSION_STATE, {"sid": session_id, "fmt": fmt}).first()
     if row is None:
         return None
-    sid, profile, contract, system, tools, meta, last_seq, version, cut_seq = row[:9]
+    sid, profile, contract, system, tools, meta, last_seq, version, cut_seq, previous = row
     state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
                          layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)))
-    return state, (previous_request(row[9]) if fmt is not None else None)
+    return state, previous_request(previous)
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
@@ -212,17 +217,20 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
 
 
+_EVENTS = (
+    select(EventRow, PayloadRow.data)
+    .outerjoin(PayloadRow, (EventRow.kind == "tool_result") & (PayloadRow.sha256 == EventRow.body["handle"].as_string()))
+    .where(EventRow.session_id == bindparam("sid"), EventRow.seq > bindparam("after"), EventRow.seq <= bindparam("upto"))
+    .order_by(EventRow.seq)
+)
+
+
 def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
     """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq
     order, tool results with their payloads: one statement (events joined to payloads)."""
-    handle = EventRow.body["handle"].as_string()
-    query = (select(EventRow, PayloadRow.data)
-             .outerjoin(PayloadRow, (EventRow.kind == "tool_result") & (PayloadRow.sha256 == handle))
-             .where(EventRow.session_id == session_id, EventRow.seq > after_seq))
-    if upto_seq is not None:
-        query = query.where(EventRow.seq <= upto_seq)
     events = []
-    for row, data in db.execute(query.order_by(EventRow.seq)):
+    params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
+    for row, data in db.execute(_EVENTS, params):
         payloads = {row.body["handle"]: bytes(data).decode("utf-8")} if data is not None else {}
         events.append(event_from_row(row, payloads))
     return events
@@ -262,6 +270,18 @@ class StoredManifest:
         return self.keyframe_id if self.keyframe_id is not None else self.id
 
 
+_MANIFEST_COLUMNS = ("session_id", "format", "last_seq", "request_sha256", "tokens_total", "planner_version",
+                     "created_at", "data", "depth", "base_id", "keyframe_id")
+# on the tables, not the ORM classes: plain Core statements with bound values (no ORM bulk path)
+_MANIFEST_INSERT = core_insert(ManifestRow.__table__).returning(ManifestRow.id)
+_MANIFEST_INSERT_CHECKED = core_insert(ManifestRow.__table__).from_select(
+    list(_MANIFEST_COLUMNS),
+    select(*[bindparam(c, type_=ManifestRow.__table__.c[c].type).label(c) for c in _MANIFEST_COLUMNS]).where(
+        select(LayoutStateRow.session_id).where(LayoutStateRow.session_id == bindparam("sid"),
+                                                LayoutStateRow.version == bindparam("layout_version")).exists()),
+).returning(ManifestRow.id)
+
+
 def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | None = None,
                  planner_version: int | None = None, layout_version: int | None = None) -> StoredManifest | None:
     """Store ``manifest`` (its ``id`` is ignored): as a delta of ``base`` (the session's
@@ -283,15 +303,11 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
         values |= {"data": _pack(delta.diff(base.data, data) or {"{": {}}), "depth": base.depth + 1,
                    "base_id": base.id, "keyframe_id": base.chain_start}
     # a Core insert (no ORM object for a row that is never read back as one)
-    table = ManifestRow.__table__
     if layout_version is None:
-        statement = core_insert(ManifestRow).values(**values)
+        new_id = db.execute(_MANIFEST_INSERT, values).scalar_one_or_none()
     else:
-        current = select(LayoutStateRow.session_id).where(LayoutStateRow.session_id == manifest.session_id,
-                                                          LayoutStateRow.version == layout_version)
-        row = select(*[literal(v, table.c[k].type).label(k) for k, v in values.items()]).where(current.exists())
-        statement = core_insert(ManifestRow).from_select(list(values), row)
-    new_id = db.execute(statement.returning(ManifestRow.id)).scalar_one_or_none()
+        new_id = db.execute(_MANIFEST_INSERT_CHECKED, values | {"sid": manifest.session_id,
+                                                               "layout_version": layout_version}).scalar_one_or_none()
     if new_id is None:
         return None
     return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
@@ -344,12 +360,16 @@ def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest 
 
 # --- layout states --------------------------------------------------------------------
 
+_LAYOUT_CAS = (update(LayoutStateRow.__table__)
+               .where(LayoutStateRow.session_id == bindparam("sid"), LayoutStateRow.version == bindparam("expected"))
+               .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"), updated_at=bindparam("now")))
+
+
 def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutState, new: LayoutState) -> bool:
     """Write ``new`` if the stored layout state is still ``expected`` (same version);
     True when written. Another worker's change in between makes it False."""
-    done = db.execute(update(LayoutStateRow)
-                      .where(LayoutStateRow.session_id == session_id, LayoutStateRow.version == expected.version)
-                      .values(version=new.version, cut_seq=new.cut_seq, updated_at=utcnow()))
+    done = db.execute(_LAYOUT_CAS, {"sid": session_id, "expected": expected.version, "new_version": new.version,
+                                    "new_cut": new.cut_seq, "now": utcnow()})
     return bool(done.rowcount == 1)  # type: ignore[attr-defined]
 
 
@@ -366,13 +386,19 @@ def previous_request(state: dict[str, Any] | None) -> PreviousRequest | None:
         return None
 
 
-def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
-    state = previous.to_json()
-    values = {"session_id": session_id, "format": fmt, "state": state, "updated_at": utcnow()}
-    insert = _upsert_insert(db)
-    if insert is None:
-        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
+def _prefix_upsert(insert: Any) -> Any:
+    statement = insert(PrefixStateRow.__table__)
     # an upsert: two concurrent GETs of one session must not collide on the primary key
-    statement = insert(PrefixStateRow).values(**values)
-    db.execute(statement.on_conflict_do_update(index_elements=["session_id", "format"],
-                                               set_={"state": state, "updated_at": values["updated_at"]}))
+    return statement.on_conflict_do_update(index_elements=["session_id", "format"],
+                                           set_={"state": statement.excluded.state,
+                                                 "updated_at": statement.excluded.updated_at})
+
+
+_PREFIX_UPSERT = {"sqlite": _prefix_upsert(sqlite_insert), "postgresql": _prefix_upsert(pg_insert)}
+
+
+def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
+    statement = _PREFIX_UPSERT.get(db.get_bind().dialect.name)
+    if statement is None:
+        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
+    db.execute(statement, {"session_id": session_id, "format": fmt, "state": previous.to_json(), "updated_at": utcnow()})
