@@ -118,11 +118,13 @@ class AssembledRequest:
     assembly: Assembly = field(repr=False)
     reuse: ReuseReport = field(repr=False)
     attempts: int = 1
+    manifest_json: Mapping[str, Any] | None = field(default=None, repr=False)  # manifest.to_json(), when at hand
 
     def response_bytes(self) -> bytes:
         """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body spliced in as
         already serialized (never re-encoded or re-validated)."""
-        return b'{"request":' + self.body_bytes + b',"manifest":' + orjson.dumps(self.manifest.to_json()) + b"}"
+        manifest = self.manifest_json if self.manifest_json is not None else self.manifest.to_json()
+        return b'{"request":' + self.body_bytes + b',"manifest":' + orjson.dumps(manifest) + b"}"
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         memo.remember(session_id, fmt, plan.remembered, saved)
         _observe(profile, plan)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
-                                body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt)
+                                body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,
+                                manifest_json=saved.data | {"id": saved.id})
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
 
