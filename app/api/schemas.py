@@ -229,6 +229,7 @@ class LayoutOut(Described):
 
 class TransformOut(Described):
     name: str
+    count: int | None = None
     note: str = ""
 
 

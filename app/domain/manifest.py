@@ -38,18 +38,25 @@ class Representation(str, Enum):
 
 @dataclass(frozen=True)
 class Transform:
-    """One change applied to an item's text on its way into the request (e.g. a
-    neutralised control token, a wrapped argument string): ``name`` and a human ``note``."""
+    """One change applied to an item's text on its way into the request (e.g. neutralised
+    control-token strings, a wrapped argument string): ``name``, how many places it
+    changed (``count``, when counted) and a human ``note``."""
 
     name: str
     note: str = ""
+    count: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "note": self.note}
+        out: dict[str, Any] = {"name": self.name}
+        if self.count is not None:
+            out["count"] = self.count
+        out["note"] = self.note
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Transform:
-        return cls(name=str(data["name"]), note=str(data.get("note", "")))
+        count = data.get("count")
+        return cls(name=str(data["name"]), note=str(data.get("note", "")), count=None if count is None else int(count))
 
 
 @dataclass(frozen=True)
