@@ -106,12 +106,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     progress = not args.quiet
     out: dict[str, object] = {}
+    in_process = args.in_process or not (args.ingest or args.http or args.summary_only)
     try:
-        if not args.summary_only:
-            trace = resolve_trace(args.trace) if args.trace else None
-            result = run_bench(trace, profile=args.profile, repeat=args.repeat, progress=progress)
+        trace = resolve_trace(args.trace) if args.trace else None
+        if in_process:
+            result = run_bench(trace, profile=args.profile or "qwen3-128k", repeat=args.repeat, progress=progress)
             print_bench(result)
             out["bench"] = result
+        if args.http:
+            from app.bench_http import HTTP_PROFILE, print_http, run_http
+
+            http = run_http(trace, profile=args.profile or HTTP_PROFILE, repeat=args.repeat, url=args.url,
+                            progress=progress)
+            print_http(http)
+            out["http"] = http
+        if args.ingest:
+            from app.bench_ingest import print_ingest, run_ingest
+
+            ingest = run_ingest(n_events=args.ingest_events, progress=progress)
+            print_ingest(ingest)
+            out["ingest"] = ingest
         if args.summary or args.summary_only:
             summary = run_summary(progress=progress)
             print_summary(summary)
@@ -219,18 +233,31 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Replay a trajectory in process (real service functions, SQLite in a temp dir) and time "
             "every GET with a warm segment cache, a cold one and a naive full apply_chat_template per "
-            "measurement; print p50/p95 per request-size band and the targets. --summary adds "
-            "the token summary over every shared trace (profile qwen3; several minutes)."
+            "measurement; print p50/p95 per request-size band, SQL statements and bytes written per GET, "
+            "and the targets. --http replays over HTTP against `ctxd serve`; --ingest posts a synthetic "
+            "session and prints POST latency along it; --summary adds the token summary over every "
+            "shared trace (profile qwen3; several minutes). Modes combine; with none named, in process."
         ),
     )
     p.add_argument("--trace", metavar="PATH", help="a *.traj.json, a path or a file name in the shared traces "
                    "directory (default: the shared trace with the most messages, pylint-dev__astroid-1333__chat)")
-    p.add_argument("--profile", default="qwen3-128k", help="model profile (default: %(default)s)")
+    p.add_argument("--profile", default=None,
+                   help="model profile (default: qwen3-128k in process, qwen3 over --http)")
     p.add_argument("--repeat", type=int, default=1, help="replays per mode (default: %(default)s)")
     p.add_argument("--out", metavar="FILE.json", help="also write every figure as JSON")
     p.add_argument("--summary", action="store_true",
                    help="also: ctxd vs append-only transcript tokens over all shared traces (qwen3)")
     p.add_argument("--summary-only", action="store_true", help="only the --summary figures")
+    p.add_argument("--http", action="store_true",
+                   help="GET and POST latency end to end over HTTP against `ctxd serve` (started on loopback on the "
+                        "embedded default, unless --url); alone, only this mode runs")
+    p.add_argument("--url", default=None, help="with --http: bench this running server instead of starting one")
+    p.add_argument("--ingest", action="store_true",
+                   help="POST latency along a synthetic session (--ingest-events); alone, only this mode runs")
+    p.add_argument("--ingest-events", type=int, default=10_000, metavar="N",
+                   help="events of the synthetic --ingest session (default: %(default)s)")
+    p.add_argument("--in-process", action="store_true",
+                   help="the in-process GET benchmark (the default when no other mode is named)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=_cmd_bench)
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from app.api import problems
+from app.api.middleware import RequestContext
 from app.api.routes import ops, v1
 from app.observability import metrics
+from app.observability.logs import configure_logging
 from app.settings import Settings, offline_environment
 
 log = logging.getLogger("ctxd")
@@ -21,6 +22,7 @@ log = logging.getLogger("ctxd")
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the ASGI app. ``settings`` defaults to the environment (prefix CTXD_)."""
     offline_environment()
+    configure_logging()
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -80,21 +82,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
+    from app.api.limits import BodyLimitMiddleware
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(v1.router)
     app.include_router(ops.router)
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = request.scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            metrics.HTTP_REQUESTS.labels(request.method, path, str(status)).inc()
-            metrics.HTTP_LATENCY.labels(request.method, path).observe(time.perf_counter() - start)
+    app.add_middleware(RequestContext)  # request id, HTTP metrics, unexpected errors as a logged 500
 
     return app

@@ -27,6 +27,13 @@ class Settings(BaseSettings):
         local_cache_bytes: byte bound of the in-process token cache.
         memo_bytes: byte bound (estimated) of the per-session assembly memo: parsed
             events, leaf messages, the previous request's ids (app/services/memo.py).
+        max_payload_bytes: largest payload a POST may store, in bytes: a tool result's
+            payload (UTF-8) or a message's canonical JSON (content, reasoning, tool calls).
+            Larger answers 413 and stores nothing. The largest in the shared traces is
+            110,817 bytes; the default (8 MiB) admits a 2 MB tool output with room to spare.
+        max_body_bytes: largest HTTP request body, in bytes (413 before the body is read when
+            Content-Length says more; a streamed body is cut off at the limit). Default 32 MiB;
+            the largest POST of the shared traces is 114,098 bytes.
         redis_timeout_seconds: socket timeout for Redis; past it ctxd encodes locally.
         redis_ttl_seconds: lifetime of a cached segment in Redis.
     """
@@ -40,6 +47,8 @@ class Settings(BaseSettings):
     default_profile: str = "qwen3"
     local_cache_bytes: int = 256 * 1024 * 1024
     memo_bytes: int = 256 * 1024 * 1024
+    max_payload_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
     redis_timeout_seconds: float = 0.05
     redis_ttl_seconds: int = 7 * 24 * 3600
     log_level: str = "info"

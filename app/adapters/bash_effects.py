@@ -4,10 +4,11 @@ mini-swe-agent gives its model one tool, ``bash(command)``. To bind a tool
 result to the artifact it shows (eq. 5, seed 000 section 4.7.1) and to mark
 earlier observations historical when the agent edits a file (section 4.7.2),
 ctxd needs each command's file reads and writes. This module infers them from
-the command text alone: it parses the command with bashlex (54% of the recorded
-commands are compound: ``&&``, ``;``, pipes, ``cd x && ...``, heredocs,
-redirections, subshells), walks the syntax tree, and interprets the simple
-commands it knows. Standard library + bashlex only.
+the command text alone: it parses the command with tree-sitter-bash through
+:mod:`app.adapters.bash_syntax` (54% of the recorded commands are compound:
+``&&``, ``;``, pipes, ``cd x && ...``, heredocs, redirections, subshells), walks
+the syntax tree, and interprets the simple commands it knows. Standard library +
+tree-sitter only.
 
 Entry points
 ------------
@@ -105,10 +106,11 @@ Writes
 Unparsed
 --------
 ``parsed=False`` with a ``reason`` and no reads or writes (bind to nothing
-rather than to everything): bashlex errors, a relative write after an unknown
-``cd``, commands that are empty or only a comment. bashlex 0.18 fails on every
-quoted heredoc delimiter (``<<'EOF'``: 376 of the 2494 recorded commands); this
-module swaps in a corrected here-document reader while it parses.
+rather than to everything): syntax errors (an ERROR or MISSING node in the
+tree-sitter-bash tree, reason ``tree-sitter-bash: ...``), a relative write after
+an unknown ``cd``, commands that are empty or only comments. All 2494 recorded
+commands parse; the grammar gaps worked around and those left are listed in
+:mod:`app.adapters.bash_syntax`.
 """
 
 from __future__ import annotations
@@ -117,18 +119,25 @@ import ast as pyast
 import json
 import posixpath
 import re
-import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import bashlex  # type: ignore[import-untyped]
-import bashlex.ast  # type: ignore[import-untyped]
-import bashlex.errors  # type: ignore[import-untyped]
-import bashlex.heredoc  # type: ignore[import-untyped]
-import bashlex.shutils  # type: ignore[import-untyped]
+from app.adapters.bash_syntax import (
+    BashSyntaxError,
+    Command,
+    Group,
+    Node,
+    Pipeline,
+    Redirect,
+    Sequence as Script,
+    Word,
+    parse,
+)
+
+from app.domain.text import split_lines
 
 __all__ = [
     "ROOT",
@@ -198,53 +207,6 @@ class _Unsupported(Exception):
     pass
 
 
-# --------------------------------------------------------------------------- bashlex
-
-
-def _makeheredoc(tokenizer: Any, redirnode: Any, lineno: int, killleading: bool) -> str:
-    """bashlex 0.18's here-document reader, fixed: the delimiter is compared
-    after quote removal (``<<'EOF'`` ends at ``EOF``; 0.18 wants ``'EOF'`` and
-    fails on 376 of the 2494 recorded commands), and the body excludes the
-    delimiter line."""
-    word = bashlex.shutils.removequotes(redirnode.output.word)
-    document: list[str] = []
-    startpos = tokenizer._shell_input_line_index
-    line = tokenizer.readline(False)
-    while line:
-        if killleading:
-            line = line.lstrip("\t")
-        if line[:-1] == word:
-            break
-        document.append(line)
-        line = tokenizer.readline(False)
-    if not line:
-        raise bashlex.errors.ParsingError(
-            f"here-document delimited by end-of-file (wanted {word!r})",
-            tokenizer._shell_input_line,
-            tokenizer._shell_input_line_index,
-        )
-    body = "".join(document)
-    endpos = tokenizer._shell_input_line_index - 1
-    redirnode.heredoc = bashlex.ast.node(kind="heredoc", value=body, pos=(startpos, endpos))
-    if redirnode.pos[1] + 1 == startpos:
-        redirnode.pos = (redirnode.pos[0], endpos)
-    return body
-
-
-_PARSE_LOCK = threading.Lock()
-
-
-def _parse(command: str) -> list[Any]:
-    """bashlex.parse with the fixed heredoc reader swapped in for the call."""
-    with _PARSE_LOCK:
-        original = bashlex.heredoc.makeheredoc
-        bashlex.heredoc.makeheredoc = _makeheredoc
-        try:
-            return list(bashlex.parse(command))
-        finally:
-            bashlex.heredoc.makeheredoc = original
-
-
 # --------------------------------------------------------------------------- paths
 
 
@@ -303,43 +265,6 @@ def _ignored_target(path: str) -> bool:
 class _Arg:
     text: str
     literal: bool  # no expansion, no glob: the text is what the program receives
-
-
-def _is_glob(raw: str) -> bool:
-    """Unquoted ``* ? [`` or brace expansion in the raw word text."""
-    quote = ""
-    escaped = False
-    brace = 0
-    for i, c in enumerate(raw):
-        if escaped:
-            escaped = False
-            continue
-        if c == "\\" and quote != "'":
-            escaped = True
-            continue
-        if quote:
-            if c == quote:
-                quote = ""
-            continue
-        if c in "'\"":
-            quote = c
-        elif c in "*?[":
-            return True
-        elif c == "{":
-            brace += 1
-        elif c == "}" and brace:
-            if "," in raw[:i] or ".." in raw[:i]:
-                return True
-    return False
-
-
-def _subst_nodes(node: Any) -> Iterator[Any]:
-    """Command/process substitutions inside a word or assignment."""
-    for part in getattr(node, "parts", None) or []:
-        if part.kind in ("commandsubstitution", "processsubstitution"):
-            yield part
-        else:
-            yield from _subst_nodes(part)
 
 
 # --------------------------------------------------------------------------- options
@@ -493,8 +418,10 @@ def patch_targets(text: str, *, strip: int | None = 1) -> list[str] | None:
     path components (None: basename). A file's ``+++`` name is used unless it is
     ``/dev/null`` (a deletion: the ``---`` name); ``rename from/to`` adds both.
     Hunk bodies are skipped by their line counts, so a ``+++`` line inside a hunk
-    is not a header. Returns None when the text names no file."""
-    lines = text.splitlines()
+    is not a header. Lines end at "\\n" only, as patch(1) reads them (a trailing "\\r" of a
+    CRLF diff is dropped; a form feed inside a line is content). Returns None when the
+    text names no file."""
+    lines = [line.rstrip("\n").removesuffix("\r") for line in split_lines(text)]
     found: list[str] = []
     i = 0
     while i < len(lines):
@@ -737,6 +664,29 @@ class _Ctx:
     in_subst: bool = False  # inside $(...): output is not the observation
 
 
+_OUT_OPS: Final = frozenset({">", ">>", ">|", "&>", "&>>", ">&"})
+
+
+def _is_stdout_file(r: Redirect) -> bool:
+    """A redirection of the command's stdout to a file (``> f``, ``&> f``, ``1>> f``)."""
+    return r.op in _OUT_OPS and isinstance(r.target, Word) and (r.fd in (None, 1) or r.op.startswith("&"))
+
+
+def _stdin_of(r: Redirect, art: Any, cwd: str | None) -> tuple[str, str | None] | None:
+    """What a stdin redirection gives the command (``("text", body)``, ``("file",
+    artifact)`` or ``("unknown", None)``); None when ``r`` does not redirect stdin."""
+    if r.fd not in (None, 0):
+        return None
+    if r.op in ("<<", "<<-"):
+        return ("text", r.body)
+    if r.op == "<<<" and isinstance(r.target, Word):
+        return ("text", r.target.text + "\n") if r.target.literal else ("unknown", None)
+    if r.op == "<" and isinstance(r.target, Word):
+        artifact = art(r.target.text, cwd) if r.target.literal else None
+        return ("file", artifact) if artifact else ("unknown", None)
+    return None
+
+
 class _Walker:
     def __init__(self, command: str, root: str, known: Mapping[str, str], depth: int = 0) -> None:
         self.src = command
@@ -808,77 +758,52 @@ class _Walker:
 
     # ---- tree walk
 
-    def walk_all(self, trees: Sequence[Any], cwd: str | None) -> str | None:
-        for tree in trees:
-            cwd = self.walk(tree, cwd, _Ctx())
+    def walk_all(self, script: Script, cwd: str | None) -> str | None:
+        for node in script.items:
+            cwd = self.walk(node, cwd, _Ctx())
         return cwd
 
-    def walk(self, node: Any, cwd: str | None, ctx: _Ctx) -> str | None:
-        kind = node.kind
-        if kind == "list":
-            for part in node.parts:
-                if part.kind != "operator":
-                    cwd = self.walk(part, cwd, ctx)
+    def walk(self, node: Node, cwd: str | None, ctx: _Ctx) -> str | None:
+        if isinstance(node, Script):
+            for item in node.items:
+                cwd = self.walk(item, cwd, ctx)
             return cwd
-        if kind == "pipeline":
-            stages = [p for p in node.parts if p.kind != "pipe"]
-            hidden = ctx.hidden or self._stdout_redirected(stages[-1])
-            for k, stage in enumerate(stages):
+        if isinstance(node, Pipeline):
+            hidden = ctx.hidden or any(_is_stdout_file(r) for r in getattr(node.stages[-1], "redirects", ()))
+            for k, stage in enumerate(node.stages):
                 stdin = ctx.stdin if k == 0 else _STDIN_PIPE
                 self.walk(stage, cwd, _Ctx(stdin=stdin, hidden=hidden, in_subst=ctx.in_subst))
             return cwd  # every stage runs in a subshell
-        if kind == "compound":
-            inner = self.redirects(getattr(node, "redirects", None) or [], cwd, ctx)
-            subshell = bool(node.list) and node.list[0].kind == "reservedword" and node.list[0].word == "("
+        if isinstance(node, Group):
+            self.substitutions(node.substitutions, cwd)
+            inner = self.redirects(node.redirects, cwd, ctx)
             new_cwd = cwd
-            for part in node.list:
-                if part.kind not in ("reservedword", "operator"):
-                    new_cwd = self.walk(part, new_cwd, inner)
-            return cwd if subshell else new_cwd
-        if kind in ("if", "while", "until", "for"):
-            for part in node.parts:
-                if part.kind in ("list", "command", "pipeline", "compound", "if", "while", "until", "for"):
-                    cwd = self.walk(part, cwd, ctx)
-            return cwd
-        if kind == "command":
-            return self.command(node, cwd, ctx)
-        return cwd  # function definitions, reserved words, operators, comments
+            for item in node.items:
+                new_cwd = self.walk(item, new_cwd, inner)
+            return cwd if node.subshell else new_cwd
+        return self.command(node, cwd, ctx)
 
-    @staticmethod
-    def _stdout_redirected(node: Any) -> bool:
-        redirects = [p for p in getattr(node, "parts", None) or [] if p.kind == "redirect"]
-        redirects += list(getattr(node, "redirects", None) or [])
-        for r in redirects:
-            if r.type in (">", ">>", ">|", "&>", "&>>") and r.input in (None, 1) and not isinstance(r.output, int):
-                return True
-            if r.type == ">&" and r.input in (None, 1) and not isinstance(r.output, int):
-                return True
-        return False
+    def substitutions(self, bodies: Sequence[Node], cwd: str | None) -> None:
+        """``$(...)`` and ``<(...)`` run before the command: their writes count,
+        their output is no observation."""
+        for body in bodies:
+            self.walk(body, cwd, _Ctx(hidden=True, in_subst=True))
 
-    def redirects(self, redirects: Sequence[Any], cwd: str | None, ctx: _Ctx,
+    def redirects(self, redirects: Sequence[Redirect], cwd: str | None, ctx: _Ctx,
                   content: str | None = None) -> _Ctx:
         """Apply redirections: record file writes (before the command runs) and
         return the context the command runs in (stdin, hidden stdout)."""
         out = _Ctx(stdin=ctx.stdin, hidden=ctx.hidden, in_subst=ctx.in_subst)
-        stdout_targets = [r for r in redirects if self._is_stdout_file(r)]
+        stdout_targets = [r for r in redirects if _is_stdout_file(r)]
         for r in redirects:
-            t = r.type
-            if t in ("<<", "<<-"):
-                if getattr(r, "heredoc", None) is None:
-                    raise _Unsupported("here-document body not read (<<-)")
-                out.stdin = ("text", r.heredoc.value)
-            elif t == "<<<":
-                arg = self._word(r.output)
-                out.stdin = ("text", arg.text + "\n") if arg.literal else ("unknown", None)
-            elif t == "<" and not isinstance(r.output, int):
-                arg = self._word(r.output)
-                artifact = self.art(arg.text, cwd) if arg.literal else None
-                out.stdin = ("file", artifact) if artifact else ("unknown", None)
-            elif t in (">", ">>", ">|", "&>", "&>>", ">&") and not isinstance(r.output, int):
-                arg = self._word(r.output)
-                if r.input in (None, 1) or t.startswith("&"):
+            stdin = _stdin_of(r, self.art, cwd)
+            if stdin is not None:
+                out.stdin = stdin
+            elif r.op in _OUT_OPS and isinstance(r.target, Word):
+                arg = _Arg(r.target.text, r.target.literal)
+                if r.fd in (None, 1) or r.op.startswith("&"):
                     out.hidden = True
-                append = t in (">>", "&>>")
+                append = r.op in (">>", "&>>")
                 # only a lone stdout target receives the command's (known) output
                 text = content if len(stdout_targets) == 1 and r is stdout_targets[0] else None
                 if text is not None and append:
@@ -887,47 +812,26 @@ class _Walker:
                 self.write(arg, cwd, ">>" if append else ">", content=text)
         return out
 
-    @staticmethod
-    def _is_stdout_file(r: Any) -> bool:
-        return (r.type in (">", ">>", ">|", "&>", "&>>", ">&") and not isinstance(r.output, int)
-                and (r.input in (None, 1) or r.type.startswith("&")))
-
-    def _word(self, node: Any) -> _Arg:
-        parts = getattr(node, "parts", None) or []
-        if any(p.kind in ("parameter", "commandsubstitution", "processsubstitution", "tilde") for p in parts):
-            return _Arg(node.word, False)
-        raw = self.src[node.pos[0] : node.pos[1]] if hasattr(node, "pos") else node.word
-        return _Arg(node.word, not _is_glob(raw))
-
     # ---- simple commands
 
-    def command(self, node: Any, cwd: str | None, ctx: _Ctx) -> str | None:
-        words = [p for p in node.parts if p.kind == "word"]
-        redirects = [p for p in node.parts if p.kind == "redirect"]
-        for p in node.parts:
-            if p.kind in ("word", "assignment"):
-                for sub in _subst_nodes(p):
-                    self.walk(sub.command, cwd, _Ctx(hidden=True, in_subst=True))
-        args = [self._word(w) for w in words]
+    def command(self, node: Command, cwd: str | None, ctx: _Ctx) -> str | None:
+        self.substitutions(node.substitutions, cwd)
+        args = [_Arg(w.text, w.literal) for w in node.words]
         # the command's output text, for `cat <<EOF > f` and `echo x > f`
-        content = self._stdout_text(args, cwd, ctx, redirects)
-        inner = self.redirects(redirects, cwd, ctx, content)
+        content = self._stdout_text(args, cwd, ctx, node.redirects)
+        inner = self.redirects(node.redirects, cwd, ctx, content)
         if not args:
             return cwd
         return self.run(args, cwd, inner)
 
-    def _stdout_text(self, args: Sequence[_Arg], cwd: str | None, ctx: _Ctx, redirects: Sequence[Any]) -> str | None:
+    def _stdout_text(self, args: Sequence[_Arg], cwd: str | None, ctx: _Ctx,
+                     redirects: Sequence[Redirect]) -> str | None:
         if not args or not all(a.literal for a in args):
             return None
         name = posixpath.basename(args[0].text)
         stdin = ctx.stdin
         for r in redirects:  # the command's own stdin redirection wins
-            if r.type in ("<<", "<<-") and getattr(r, "heredoc", None) is not None:
-                stdin = ("text", r.heredoc.value)
-            elif r.type == "<<<":
-                stdin = ("text", r.output.word + "\n")
-            elif r.type == "<" and not isinstance(r.output, int):
-                stdin = ("file", self.art(r.output.word, cwd))
+            stdin = _stdin_of(r, self.art, cwd) or stdin
         if name == "cat":
             files = [a for a in args[1:] if a.text != "-"]
             if any(a.text.startswith("-") for a in args[1:] if a.text != "-"):
@@ -1444,13 +1348,13 @@ class _Walker:
         if not script:
             return
         try:
-            trees = _parse(script)
-        except Exception:  # noqa: BLE001 - an unparsable script: its effects are unknown
+            tree = parse(script)
+        except BashSyntaxError:  # an unparsable script: its effects are unknown
             return
         sub = _Walker(script, self.root, {**self.known, **{k: v for k, v in self.local.items() if v is not None}},
                       self.depth + 1)
         sub.local.update(self.local)
-        sub.walk_all(trees, cwd)
+        sub.walk_all(tree, cwd)
         for e in sub.events:
             if isinstance(e, Read):
                 if not (ctx.hidden or ctx.in_subst):
@@ -1513,18 +1417,18 @@ def command_effects(
     if not command.strip():
         return CommandEffects(parsed=False, reason="empty command")
     try:
-        trees = _parse(command)
-    except bashlex.errors.ParsingError as exc:
-        return CommandEffects(parsed=False, reason=f"bashlex: {exc.message}")
-    except NotImplementedError as exc:
-        return CommandEffects(parsed=False, reason=f"bashlex: not implemented: {exc}")
-    except Exception as exc:  # noqa: BLE001 - bashlex raises assorted errors (comment-only input...)
-        return CommandEffects(parsed=False, reason=f"bashlex: {type(exc).__name__}: {exc}")
+        tree = parse(command)
+    except BashSyntaxError as exc:
+        return CommandEffects(parsed=False, reason=f"tree-sitter-bash: {exc.message}")
+    if not tree.items:
+        return CommandEffects(parsed=False, reason="no command (only comments)")
     walker = _Walker(command, root, known_sources or {})
     try:
-        walker.walk_all(trees, posixpath.normpath(cwd))
+        walker.walk_all(tree, posixpath.normpath(cwd))
     except _Unsupported as exc:
         return CommandEffects(parsed=False, reason=str(exc))
+    except RecursionError:
+        return CommandEffects(parsed=False, reason="nested too deeply")
     return CommandEffects(
         parsed=True,
         reads=tuple(e for e in walker.events if isinstance(e, Read)),

@@ -7,8 +7,8 @@ lost: the first user message is split into goal, constraints and remaining
 instructions, and :func:`reconstruct_first_user_message` puts it back together
 byte for byte.
 
-Pure functions over JSON values; standard library only, plus bashlex through
-:mod:`app.adapters.bash_effects` when bindings are inferred.
+Pure functions over JSON values; standard library only, plus tree-sitter-bash
+through :mod:`app.adapters.bash_effects` when bindings are inferred.
 
 Splitting the first user message (mini-swe-agent's ``instance_template``)
 -----------------------------------------------------------------------

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.domain import errors
+from app.observability.logs import REQUEST_ID
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("ctxd")
@@ -21,13 +22,20 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.ManifestNotFound: 404,
     errors.NotFound: 404,
     errors.InvalidEvent: 422,
+    errors.ControlTokenInText: 422,
     errors.EventConflict: 409,
     errors.UnknownProfile: 422,
     errors.InvalidRange: 416,
     errors.UnsupportedFormat: 422,
     errors.PinnedOverBudget: 422,
+    errors.NewestGroupOverBudget: 422,
+    errors.ProviderRuleViolation: 422,
     errors.TokenizerUnavailable: 503,
     errors.LayoutContention: 503,
+    errors.InvalidPrecondition: 422,
+    errors.PreconditionFailed: 409,
+    errors.ServerFault: 500,
+    errors.PayloadTooLarge: 413,
 }
 
 
@@ -35,13 +43,21 @@ def _slug(title: str) -> str:
     return title.lower().replace(" ", "-")
 
 
-def problem(status: int, title: str, detail: str, *, instance: str | None = None, **extra: Any) -> JSONResponse:
+def problem_body(status: int, title: str, detail: str, *, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+    """An RFC 9457 body; ``request_id`` is the current request's (also in the X-Request-ID
+    header and the log lines)."""
     body: dict[str, Any] = {"type": f"https://ctxd.dev/problems/{_slug(title)}", "title": title, "status": status,
                             "detail": detail}
     if instance:
         body["instance"] = instance
     body.update(extra)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+    body["request_id"] = REQUEST_ID.get()
+    return body
+
+
+def problem(status: int, title: str, detail: str, *, instance: str | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse(problem_body(status, title, detail, instance=instance, **extra), status_code=status,
+                        media_type=PROBLEM_JSON)
 
 
 def status_for(exc: errors.DomainError) -> int:
@@ -52,9 +68,16 @@ def status_for(exc: errors.DomainError) -> int:
 
 
 def install(app: FastAPI) -> None:
+    """Install the handlers. Unexpected exceptions are not handled here: the request
+    middleware (``app/api/middleware.py``) answers them with a logged 500 and keeps the
+    connection usable (an ``exception_handler(Exception)`` would re-raise and close it)."""
+
     @app.exception_handler(errors.DomainError)
     async def _domain(request: Request, exc: errors.DomainError) -> JSONResponse:
-        return problem(status_for(exc), exc.title, exc.detail, instance=request.url.path, **exc.extra)
+        status = status_for(exc)
+        if status >= 500:
+            log.error("%s on %s %s: %s", exc.title, request.method, request.url.path, exc.detail)
+        return problem(status, exc.title, exc.detail, instance=request.url.path, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -69,11 +92,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
-        return problem(exc.status_code, title, str(exc.detail), instance=request.url.path)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return problem(500, "Internal error", "an unexpected error occurred; it has been logged",
-                       instance=request.url.path)
+        title = {404: "Not found", 405: "Method not allowed", 413: "Request body too large"}.get(exc.status_code,
+                                                                                                "HTTP error")
+        return problem(exc.status_code, title, str(exc.detail), instance=request.url.path,
+                       **getattr(exc, "extra", {}))

@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.domain.manifest import Representation
 
-EventId = Annotated[str, Field(min_length=1, max_length=200)]
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (U+0000): identifiers and the system text are stored as "
+                         "SQL text, which cannot hold one (payloads and message text can)")
+    return value
+
+
+NoNul = AfterValidator(_no_nul)
+EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
 
 
 class Strict(BaseModel):
@@ -17,7 +28,7 @@ class Strict(BaseModel):
 
 
 class ConstraintIn(Strict):
-    id: Annotated[str, Field(min_length=1, max_length=200)]
+    id: Annotated[str, Field(min_length=1, max_length=200), NoNul]
     text: Annotated[str, Field(min_length=1)]
 
 
@@ -41,6 +52,24 @@ class FunctionDecl(BaseModel):
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """README "Provider rules": a JSON Schema (draft 7, as mistral-common checks it) whose
+        top level is ``"type": "object"`` (OpenAI and Anthropic ``input_schema``)."""
+        if not value:
+            return value
+        from jsonschema import Draft7Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft7Validator.check_schema(value)
+        except SchemaError as exc:
+            raise ValueError(f"parameters is not a valid JSON Schema (draft 7): {exc.message}") from None
+        if value.get("type") != "object":
+            raise ValueError('parameters must be a JSON Schema with "type": "object" at the top level')
+        return value
+
 
 class ToolDecl(BaseModel):
     """An OpenAI function declaration: ``{"type": "function", "function": {...}}``."""
@@ -53,7 +82,7 @@ class ToolDecl(BaseModel):
 class SessionCreate(Strict):
     profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
     contract: ContractIn
-    system: str = ""
+    system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -84,8 +113,8 @@ class SessionOut(BaseModel):
 
 
 class ToolCallIn(Strict):
-    call_id: Annotated[str, Field(min_length=1, max_length=200)]
-    name: Annotated[str, Field(min_length=1, max_length=64)]
+    call_id: CallId
+    name: Annotated[str, Field(min_length=1, max_length=64), NoNul]
     arguments: str = Field(default="{}", description="JSON text as the model produced it (an object is serialised)")
 
     @field_validator("arguments", mode="before")
@@ -108,6 +137,9 @@ class MessageIn(Strict):
     def _calls(self) -> "MessageIn":
         if self.role == "user" and (self.tool_calls or self.reasoning):
             raise ValueError("a user message carries neither tool_calls nor reasoning")
+        if self.role == "user" and not self.content.strip():
+            raise ValueError("a user message needs text other than whitespace (Anthropic refuses empty text "
+                             "content; README \"Provider rules\")")
         ids = [c.call_id for c in self.tool_calls]
         if len(set(ids)) != len(ids):
             raise ValueError("tool call ids must be unique within a message")
@@ -117,7 +149,7 @@ class MessageIn(Strict):
 class BindingIn(Strict):
     """Eq. 5 binding; ``revision`` omitted binds to the artifact's current revision."""
 
-    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    artifact: ArtifactName
     kind: Annotated[str, Field(min_length=1, max_length=64)]
     revision: Annotated[int, Field(ge=0)] | None = None
     range: str | None = None
@@ -127,7 +159,7 @@ class BindingIn(Strict):
 class ToolResultIn(Strict):
     event_id: EventId
     kind: Literal["tool_result"]
-    call_id: Annotated[str, Field(min_length=1, max_length=200)]
+    call_id: CallId
     payload: str
     exit_code: int | None = None
     binding: BindingIn | None = None
@@ -137,7 +169,7 @@ class ToolResultIn(Strict):
 class ArtifactWriteIn(Strict):
     event_id: EventId
     kind: Literal["artifact_write"]
-    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    artifact: ArtifactName
     content_hash: str | None = None
 
 
@@ -241,13 +273,21 @@ class ItemOut(Described):
     kind: Literal["message", "tool_result", "artifact_write", "step"]
     handle: str | None = None
     call_id: str | None = None
-    tokens: int | None = Field(default=None, description="payload tokens of a tool result")
+    bytes: int | None = Field(default=None, description="payload bytes (UTF-8) of a tool result")
+    lines: int | None = Field(default=None, description='payload lines ("\\n") of a tool result')
+    tokens_known: bool | None = Field(default=None, description="whether the tool result's payload tokens are "
+                                      "known yet (counted once after its POST)")
+    tokens: int | None = Field(default=None, description="payload tokens of a tool result, when known")
     zone: Literal["root", "trunk", "leaf"] | None
     representation: Representation
     why: str
-    elided_tokens: int | None = Field(default=None, description="tokens cut out of a head + tail result")
+    elided_bytes: int | None = Field(default=None, description="bytes a head + tail cut leaves out")
+    elided_lines: list[int] | None = Field(default=None, description="[first, last] line a head + tail cut leaves "
+                                           "out (read them back with ?lines=first:last)")
+    elided_tokens: int | None = Field(default=None, description="tokens cut out of a head + tail result, when known")
     pending_calls: list[str] | None = None
-    transforms: list[TransformOut] | None = None
+    transforms: list[TransformOut] | None = Field(default=None, description="changes applied to the text on its way "
+                                                  "into the request, in the order applied")
 
 
 class EventRangeOut(Described):
@@ -257,7 +297,9 @@ class EventRangeOut(Described):
     seq_to: int
     events: int
     representations: dict[Representation, int]
-    tokens: int = Field(description="payload tokens of the elided tool results in the range")
+    tokens: int = Field(description="payload tokens of the elided tool results in the range (the known counts)")
+    bytes: int | None = Field(default=None, description="payload bytes of the elided tool results in the range")
+    tokens_known: bool | None = Field(default=None, description="false while some result's count is not known yet")
     index: str | None = Field(description="handle of the index payload naming their turn and result handles")
     why: str
 
@@ -277,6 +319,8 @@ class ManifestOut(Described):
     items: list[ItemOut]
     elided: list[ItemOut] = Field(description="evicted events of the newest evicted turn groups, each with its handle")
     elided_tokens: int
+    elided_tokens_exact: bool | None = Field(default=None, description="false while some elided or cut output's "
+                                             "token count is not known yet (elided_tokens sums the known ones)")
     layout_warnings: list[str]
     ranges: list[EventRangeOut] | None = Field(default=None, description="older events accounted for together")
     id: int
@@ -300,3 +344,27 @@ class ManifestList(Described):
     session_id: str
     manifests: list[ManifestSummaryOut]
     next_before_id: int | None
+
+
+class PreconditionIn(Strict):
+    """The state of ``artifact`` an action was planned on: its ``revision`` (the
+    server's counter; an artifact never written is at 0) and/or its ``content_hash``."""
+
+    artifact: Annotated[str, Field(min_length=1, max_length=1024)]
+    revision: Annotated[int, Field(ge=0)] | None = None
+    content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "PreconditionIn":
+        if self.revision is None and self.content_hash is None:
+            raise ValueError("give revision or content_hash (or both)")
+        return self
+
+
+class PreconditionOut(BaseModel):
+    """The precondition holds: the artifact's current state."""
+
+    artifact: str
+    revision: int
+    content_hash: str | None = None
+    holds: Literal[True] = True

@@ -7,7 +7,7 @@ All quantities are tokens of the profile's tokenizer, counted on the rendered re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from app.domain.errors import PinnedOverBudget
 from app.domain.types import BUDGET_ROLES
@@ -109,3 +109,52 @@ def check_pinned(budget: Budget, pinned_by_role: Mapping[str, int], total: int) 
         over_roles=over_roles,
         by_role=by_role,
     )
+
+
+def split_share(sizes: Sequence[int], share: int) -> tuple[int, ...]:
+    """Split ``share`` tokens across items of ``sizes`` tokens, max-min fair (water-filling).
+
+    Used to bound the newest turn group as a whole: its results share the observations
+    budget, each cut to head + tail at its cap (``app/domain/assembly.py``).
+
+    Equation: ``c_i = min(s_i, L) + d_i`` with ``L = max{l >= 0 : sum_i min(s_i, l) <= S}``,
+    ``S = max(share, 0)``, and ``d_i`` in {0, 1} handing the remainder
+    ``S - sum_i min(s_i, L)`` one token each to the first items (in order) with ``s_i > L``.
+
+    Invariants: ``0 <= c_i <= s_i``; ``sum(c) == min(S, sum(s))``; an item that is cut gets
+    at least every other item's cap minus one (``c_i < s_i`` implies ``c_i >= c_j - 1``):
+    small items keep their whole size and the large ones share the rest evenly.
+
+    Args:
+        sizes: tokens of each item (>= 0), in order.
+        share: tokens to split (a negative share splits nothing).
+
+    Returns:
+        The caps in tokens, in the order of ``sizes``.
+
+    Raises:
+        ValueError: a negative size.
+    """
+    if any(s < 0 for s in sizes):
+        raise ValueError("sizes must be >= 0 tokens")
+    remaining = max(share, 0)
+    if sum(sizes) <= remaining:
+        return tuple(sizes)
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    left = len(sizes)
+    whole: set[int] = set()
+    for i in order:  # ascending: an item that fits under the even split keeps its whole size
+        if sizes[i] * left > remaining:
+            break
+        whole.add(i)
+        remaining -= sizes[i]
+        left -= 1
+    level, extra = divmod(remaining, left)
+    caps = []
+    for i, size in enumerate(sizes):
+        if i in whole:
+            caps.append(size)
+        else:
+            caps.append(level + (1 if extra > 0 else 0))
+            extra -= 1
+    return tuple(caps)

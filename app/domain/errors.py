@@ -38,6 +38,14 @@ class InvalidEvent(DomainError):
     title = "Invalid event"
 
 
+class ControlTokenInText(DomainError):
+    """Operator text that is rendered verbatim (task contract, system, tool declarations)
+    spells one of the profile's chat control tokens. ``extra``: ``loc`` (the field's path),
+    ``control_string``, ``profile``."""
+
+    title = "Control token in protected text"
+
+
 class EventConflict(DomainError):
     """A repeated event_id with a different body (idempotency violation)."""
 
@@ -73,5 +81,63 @@ class LayoutContention(DomainError):
     title = "Layout state contention"
 
 
+class NewestGroupOverBudget(DomainError):
+    """The newest turn group cannot fit ``input_limit`` (eq. 1) even with every older group
+    evicted and each of its tool results cut to its marker (head + tail of zero tokens).
+
+    The newest group is never evicted silently: the caller must shorten it (its message text)
+    or the pinned content. ``extra`` holds ``seq`` (the group's first seq), ``seqs`` and
+    ``event_ids`` (its message and results), ``over_by`` (tokens over ``input_limit`` of the
+    smallest request holding the group), ``input_limit`` and ``total`` (that request's tokens).
+    """
+
+    title = "Newest turn group exceeds the input budget"
+
+
+class ServerFault(DomainError):
+    """A recognised fault on ctxd's side, not the caller's (a profile whose chat template
+    cannot be cut into zones, a broken storage invariant): a 500 problem that names it."""
+
+    title = "Server fault"
+
+
+class TemplateUnsupported(ServerFault):
+    """The profile's chat template renders in a way ctxd cannot count by zone (the trunk
+    renders differently with and without tools, or a zone start is not a segment boundary)."""
+
+    title = "Chat template not supported"
+
+
+class ProviderRuleViolation(DomainError):
+    """The request breaks a structural rule of the profile's tokenizer or chat template (or
+    of the wire format) that ctxd does not lay out around: the tokenizer library's own
+    validation refused it (a Jinja ``raise_exception``, a mistral-common validation error).
+    ``extra`` holds ``rule`` (the rule's id in the README "Provider rules" tables, or
+    ``chat-template`` / ``mistral-common`` with the library's message in ``reason``).
+    """
+
+    title = "Request breaks a provider rule"
+
+
 class TokenizerUnavailable(DomainError):
     title = "Tokenizer unavailable"
+
+
+class InvalidPrecondition(DomainError):
+    """A precondition that cannot be checked: nothing presented, or a revision ahead of
+    the server's counter (never observed)."""
+
+    title = "Invalid precondition"
+
+
+class PreconditionFailed(DomainError):
+    """The artifact state an action was planned on no longer holds (compare-and-swap)."""
+
+    title = "Precondition failed"
+
+
+class PayloadTooLarge(DomainError):
+    """A payload over the configured maximum (``extra``: index, event_id, field, size_bytes,
+    max_bytes); the batch is refused whole."""
+
+    title = "Payload too large"

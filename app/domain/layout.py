@@ -7,9 +7,11 @@ Wire serializers (``app/wire``) and renderers (``app/tokenizers``) consume a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.memo import bounded_memo
 from app.domain.types import Contract
 
 
@@ -23,7 +25,9 @@ class LeafToolCall:
 @dataclass(frozen=True)
 class LeafMessage:
     """One leaf message. ``role`` is assistant, tool or user; tool messages carry
-    ``call_id`` and ``name``; assistant messages may carry ``tool_calls``."""
+    ``call_id`` and ``name``; assistant messages may carry ``tool_calls``.
+    ``neutralised`` counts the control strings broken in its texts (for the manifest item
+    of event ``seq``; :func:`app.domain.text.neutralise_control_text`)."""
 
     role: str
     content: str
@@ -32,6 +36,7 @@ class LeafMessage:
     name: str | None = None
     reasoning: str | None = None
     seq: int | None = None
+    neutralised: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,73 @@ class Conversation:
     tools: tuple[dict[str, Any], ...]
     trunk: str
     leaf: tuple[LeafMessage, ...]
+
+
+# -- leaf-level normalisation (README "Provider rules": every wire format and profile sees
+# -- the same values, so the bodies served and the count agree; the event log keeps the raw text)
+
+FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI, Anthropic and mistral-common function names
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+_JSON_TYPE = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN / Infinity: Python accepts them, JSON does not
+
+
+@bounded_memo(16384, 4096, len)  # arguments of up to 4,096 characters: at most 64 M characters
+def _arguments(arguments: str) -> tuple[str, str | None]:
+    if not arguments.strip():
+        return "{}", None  # no arguments: vLLM and SGLang read "" as {}
+    try:
+        value = json.loads(arguments, parse_constant=_reject_constant)
+        # an object the template would print with a lone surrogate cannot be encoded as UTF-8
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):
+        problem = "not JSON"
+    else:
+        if isinstance(value, dict):
+            return arguments, None
+        problem = f"a JSON {_JSON_TYPE.get(type(value), 'value')}"
+    return json.dumps({"arguments": arguments}, ensure_ascii=False), problem
+
+
+def tool_arguments(arguments: str) -> str:
+    """Tool-call arguments as every request carries them: a JSON object's text.
+
+    The text itself when it parses (strict JSON: no NaN or Infinity) to an object; ``"{}"``
+    for empty or blank text (what vLLM and SGLang make of it); anything else wrapped as
+    ``{"arguments": <the text>}`` (the text kept whole, as the Anthropic ``tool_use.input``
+    needs an object). vLLM ``json.loads`` the arguments of every history call before
+    rendering and, depending on its version, refuses a request whose text does not parse
+    or renders ``{}`` instead: after this, the count is what it renders.
+    """
+    return _arguments(arguments)[0]
+
+
+def arguments_problem(arguments: str) -> str | None:
+    """Why :func:`tool_arguments` wrapped ``arguments`` ("not JSON", "a JSON array", ...),
+    or None when the text was kept or was empty."""
+    return _arguments(arguments)[1]
+
+
+def function_name(name: str) -> str:
+    """A tool call's name as requests carry it: ``^[a-zA-Z0-9_-]{1,64}$`` (OpenAI,
+    Anthropic ``tool_use.name``, mistral-common), every other character replaced by
+    ``_`` (declared tool names already match, so only a name the model made up changes)."""
+    return name if FUNCTION_NAME.match(name) else (_NOT_NAME.sub("_", name)[:64] or "_")
+
+
+def assistant_text(content: str) -> str:
+    """Assistant text as requests carry it: trailing whitespace removed.
+
+    Anthropic answers 400 to a request whose final assistant text ends in whitespace; the
+    text is trimmed in every assistant message, not only the last, so a message renders the
+    same whether or not it ends the request (the leaf stays append-stable) and every format
+    and the count see the same text."""
+    return content.rstrip()
 
 
 def canonical_json(value: Any) -> str:

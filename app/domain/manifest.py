@@ -63,10 +63,15 @@ class Transform:
 class Item:
     """One event as the manifest accounts for it.
 
-    ``zone``: root, trunk or leaf, None when nothing of it is on the wire. ``tokens``: a
-    tool result's payload tokens (profile tokenizer), None for other kinds.
-    ``elided_tokens``: tokens left out by a head + tail cut. ``pending_calls``: call ids
-    of the turn still awaiting results. ``transforms``: changes applied to its text.
+    ``zone``: root, trunk or leaf, None when nothing of it is on the wire. For a tool
+    result: ``bytes`` (UTF-8) and ``lines`` ("\n"-lines) of its payload, ``tokens`` its
+    payload tokens (profile tokenizer) when known (counted once after its POST, or here
+    for a payload within the cap) and ``tokens_known``; None for other kinds.
+    ``elided_tokens``: tokens left out by a head + tail cut (0 when not cut or not known
+    yet), ``elided_bytes`` and ``elided_lines`` (first, last) the span it leaves out.
+    ``pending_calls``: call ids of the turn still awaiting results. ``transforms``: changes
+    applied to its text on the way into the request (provider rules, then control-token
+    neutralisation), in the order applied.
     """
 
     seq: int
@@ -81,21 +86,37 @@ class Item:
     elided_tokens: int = 0
     pending_calls: tuple[str, ...] = ()
     transforms: tuple[Transform, ...] = ()
+    bytes: int | None = None
+    lines: int | None = None
+    tokens_known: bool | None = None
+    elided_bytes: int | None = None
+    elided_lines: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The manifest entry: ``seq, event_id, kind`` and ``handle``, ``call_id``,
-        ``tokens`` when known, then ``zone, representation, why``, and ``elided_tokens``,
-        ``pending_calls``, ``transforms`` when not empty."""
+        ``bytes``, ``lines``, ``tokens_known``, ``tokens`` when set, then ``zone,
+        representation, why``, and ``elided_bytes``, ``elided_lines``, ``elided_tokens``,
+        ``pending_calls``, ``transforms`` when set and not empty."""
         out: dict[str, Any] = {"seq": self.seq, "event_id": self.event_id, "kind": self.kind}
         if self.handle is not None:
             out["handle"] = self.handle
         if self.call_id is not None:
             out["call_id"] = self.call_id
+        if self.bytes is not None:
+            out["bytes"] = self.bytes
+        if self.lines is not None:
+            out["lines"] = self.lines
+        if self.tokens_known is not None:
+            out["tokens_known"] = self.tokens_known
         if self.tokens is not None:
             out["tokens"] = self.tokens
         out["zone"] = self.zone
         out["representation"] = self.representation.value
         out["why"] = self.why
+        if self.elided_bytes is not None:
+            out["elided_bytes"] = self.elided_bytes
+        if self.elided_lines is not None:
+            out["elided_lines"] = list(self.elided_lines)
         if self.elided_tokens:
             out["elided_tokens"] = self.elided_tokens
         if self.pending_calls:
@@ -110,6 +131,7 @@ class Item:
         unknown = set(data) - _ITEM_KEYS
         if unknown:
             raise ValueError(f"unknown manifest item keys {sorted(unknown)}")
+        lines = data.get("elided_lines")
         return cls(
             seq=int(data["seq"]), event_id=str(data["event_id"]), kind=str(data["kind"]),
             representation=Representation(data["representation"]), why=str(data["why"]), zone=data.get("zone"),
@@ -118,20 +140,27 @@ class Item:
             elided_tokens=int(data.get("elided_tokens", 0)),
             pending_calls=tuple(data.get("pending_calls", ())),
             transforms=tuple(Transform.from_json(t) for t in data.get("transforms", ())),
+            bytes=None if data.get("bytes") is None else int(data["bytes"]),
+            lines=None if data.get("lines") is None else int(data["lines"]),
+            tokens_known=None if data.get("tokens_known") is None else bool(data["tokens_known"]),
+            elided_bytes=None if data.get("elided_bytes") is None else int(data["elided_bytes"]),
+            elided_lines=None if lines is None else (int(lines[0]), int(lines[1])),
         )
 
 
 _ITEM_KEYS = {"seq", "event_id", "kind", "representation", "why", "zone", "handle", "call_id", "tokens",
-              "elided_tokens", "pending_calls", "transforms"}
+              "elided_tokens", "pending_calls", "transforms", "bytes", "lines", "tokens_known", "elided_bytes",
+              "elided_lines"}
 
 
 @dataclass(frozen=True)
 class EventRange:
     """Older events accounted for together, so that a manifest's size is bounded by the
     request's window, not by the session: the events of ``seq_from..seq_to`` not listed
-    one by one, how many of each representation, the payload tokens of the elided tool
-    results among them, and the index payload (``index``, a handle) that names their
-    turn and result handles."""
+    one by one, how many of each representation, the payload ``tokens`` of the elided
+    tool results among them (the known ones; ``tokens_known`` False while some count is
+    not known yet) and their payload ``bytes``, and the index payload (``index``, a
+    handle) that names their turn and result handles."""
 
     seq_from: int
     seq_to: int
@@ -140,17 +169,27 @@ class EventRange:
     tokens: int
     index: str | None
     why: str
+    bytes: int | None = None  # None in manifests stored before payload sizes were reported
+    tokens_known: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq_from": self.seq_from, "seq_to": self.seq_to, "events": self.events,
-                "representations": {r.value: n for r, n in self.representations.items()}, "tokens": self.tokens,
-                "index": self.index, "why": self.why}
+        out: dict[str, Any] = {"seq_from": self.seq_from, "seq_to": self.seq_to, "events": self.events,
+                               "representations": {r.value: n for r, n in self.representations.items()},
+                               "tokens": self.tokens}
+        if self.bytes is not None:
+            out["bytes"] = self.bytes
+            out["tokens_known"] = self.tokens_known
+        out["index"] = self.index
+        out["why"] = self.why
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EventRange:
         return cls(seq_from=int(data["seq_from"]), seq_to=int(data["seq_to"]), events=int(data["events"]),
                    representations={Representation(r): int(n) for r, n in data["representations"].items()},
-                   tokens=int(data["tokens"]), index=data.get("index"), why=str(data["why"]))
+                   tokens=int(data["tokens"]), index=data.get("index"), why=str(data["why"]),
+                   bytes=None if data.get("bytes") is None else int(data["bytes"]),
+                   tokens_known=bool(data.get("tokens_known", True)))
 
 
 @dataclass(frozen=True)
@@ -272,7 +311,9 @@ class Manifest:
     ``items``: the request's window one by one; ``elided``: the newest evicted turn groups'
     events one by one (those the elision note lists line by line); ``ranges``: older events
     together. Every event of the session up to ``last_seq`` is in exactly one of them.
-    ``elided_tokens``: tokens left out of this request (evicted turns plus head + tail cuts).
+    ``elided_tokens``: tokens left out of this request (evicted turns plus head + tail cuts),
+    summing the known counts; ``elided_tokens_exact``: False while some elided or cut
+    output's count is not known yet (None in manifests stored before it was reported).
     """
 
     session_id: str
@@ -290,6 +331,7 @@ class Manifest:
     layout_warnings: tuple[str, ...] = ()
     ranges: tuple[EventRange, ...] = ()
     id: int | None = None
+    elided_tokens_exact: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as served (``id`` last, when stored)."""
@@ -298,8 +340,11 @@ class Manifest:
             "request_sha256": self.request_sha256, "tokens": self.tokens.to_json(), "budget": dict(self.budget),
             "cache": self.cache.to_json(), "layout": self.layout.to_json(),
             "items": [i.to_json() for i in self.items], "elided": [i.to_json() for i in self.elided],
-            "elided_tokens": self.elided_tokens, "layout_warnings": list(self.layout_warnings),
+            "elided_tokens": self.elided_tokens,
         }
+        if self.elided_tokens_exact is not None:
+            out["elided_tokens_exact"] = self.elided_tokens_exact
+        out["layout_warnings"] = list(self.layout_warnings)
         if self.ranges:
             out["ranges"] = [r.to_json() for r in self.ranges]
         if self.id is not None:
@@ -319,6 +364,7 @@ class Manifest:
             items=tuple(Item.from_json(i) for i in data["items"]),
             elided=tuple(Item.from_json(i) for i in data["elided"]),
             elided_tokens=int(data["elided_tokens"]), layout_warnings=tuple(data.get("layout_warnings", ())),
+            elided_tokens_exact=None if data.get("elided_tokens_exact") is None else bool(data["elided_tokens_exact"]),
             ranges=tuple(EventRange.from_json(r) for r in data.get("ranges", ())),
             id=None if data.get("id") is None else int(data["id"]),
         )

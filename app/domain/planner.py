@@ -21,6 +21,7 @@ from app.domain.manifest import (
     Divergence,
     LayoutReport,
     Manifest,
+    Representation,
     TokenCounts,
     budget_json,
 )
@@ -31,7 +32,9 @@ from app.domain.state import LayoutState, PreviousRequest, RememberedIds, Sessio
 from app.domain.types import Event
 
 
-PLANNER_VERSION = 1  # stored with every manifest; bump when the same inputs would plan differently
+_CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
+
+PLANNER_VERSION = 2  # stored with every manifest; bump when the same inputs would plan differently
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ def plan_request(
     previous: PreviousRequest | None = None,
     remembered: RememberedIds | None = None,
     memo: MutableMapping[Any, Any] | None = None,
+    payload_tokens: Mapping[str, int] | None = None,
 ) -> RequestPlan:
     """Plan the next request of ``state.session`` in ``wire``'s format.
 
@@ -97,6 +101,8 @@ def plan_request(
     else the previous request is rebuilt from the events and checked against that state,
     so the cache report is the same whichever worker served the previous request.
     ``memo``: the session's leaf cache (see :func:`assemble_window`), kept across calls.
+    ``payload_tokens``: exact token counts of tool outputs known so far (handle -> tokens,
+    stored after their POST): manifest figures only, the body never depends on them.
 
     The plan is a function of its inputs: two calls with equal inputs give equal bodies
     and manifests; a plan from the layout state another plan produced on the same events
@@ -105,14 +111,16 @@ def plan_request(
 
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit`` (eq. 1).
+        NewestGroupOverBudget: the newest turn group cannot fit even bounded as a whole.
     """
     trusted = remembered if remembered is not None and remembered.matches(previous) else None
     if trusted is None and previous is not None:  # first, so that the meter's last encoding is this request's
         trusted = _rebuild_previous(state, events, previous, policy=policy, wire=wire, cache_model=cache_model,
-                                    meter=meter, memo=memo)
+                                    meter=meter, memo=memo, payload_tokens=payload_tokens)
     assembly = assemble_window(state.session, events, budget=policy.budget, meter=meter,
                                item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=state.layout.cut_seq,
-                               render_reasoning=policy.render_reasoning, leaf_cache=memo)
+                               render_reasoning=policy.render_reasoning, leaf_cache=memo,
+                               payload_tokens=payload_tokens)
     body, body_bytes = wire.serialize(assembly.conversation, assembly.measurement)
     m = assembly.measurement
     new_layout = state.layout.with_cut(assembly.cut_seq)
@@ -145,7 +153,12 @@ def plan_request(
         items=items, elided=elided, ranges=assembly.ranges,
         elided_tokens=sum(i.tokens or 0 for i in elided) + sum(r.tokens for r in assembly.ranges)
         + sum(i.elided_tokens for i in items),
-        layout_warnings=tuple(assembly.warnings),
+        # False while some elided or cut output's token count is not known yet (it is counted
+        # once after its POST): elided_tokens then sums the known ones
+        elided_tokens_exact=all(i.tokens_known is not False for i in (*elided, *items)
+                                if i.representation in _CUT_OR_ELIDED)
+        and all(r.tokens_known for r in assembly.ranges),
+        layout_warnings=(*assembly.warnings, *wire.layout_warnings(assembly.conversation)),
     )
     return RequestPlan(
         body=body, body_bytes=body_bytes, manifest=manifest, loaded_layout=state.layout, layout=new_layout,
@@ -174,7 +187,8 @@ def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
 
 def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: PreviousRequest, *, policy: Policy,
                       wire: WireFormat, cache_model: CacheModel, meter: TokenMeter,
-                      memo: MutableMapping[Any, Any] | None) -> RememberedIds | None:
+                      memo: MutableMapping[Any, Any] | None,
+                      payload_tokens: Mapping[str, int] | None = None) -> RememberedIds | None:
     """The previous request's ids when this worker does not hold them (another worker
     served it, or this one restarted): planned again from what produced it, the events up
     to its ``last_seq`` laid out with its cut, and trusted only if they give exactly the
@@ -186,7 +200,8 @@ def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: Pr
     try:
         assembly = assemble_window(state.session, earlier, budget=policy.budget, meter=meter,
                                    item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=previous.cut_seq,
-                                   render_reasoning=policy.render_reasoning, leaf_cache=memo)
+                                   render_reasoning=policy.render_reasoning, leaf_cache=memo,
+                                   payload_tokens=payload_tokens)
     except DomainError:
         return None
     if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:

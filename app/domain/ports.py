@@ -30,11 +30,24 @@ class Measurement:
 class TokenMeter(Protocol):
     """The profile's tokenizer, as the assembly policy sees it."""
 
+    @property
+    def control_strings(self) -> tuple[str, ...]:
+        """The texts the tokenizer encodes as a chat control token when they occur inside
+        ordinary text (Qwen3: ``<|im_start|>``, ``<tool_call>``, ``<think>`` ...; none for
+        mistral-common, which never parses control tokens out of text). Assembly
+        neutralises them in every payload and message (:mod:`app.domain.text`)."""
+
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` alone (no chat framing)."""
 
     def head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
-        """Split ``text`` at token boundaries: (head, tail, elided token count)."""
+        """Split ``text`` at token boundaries: (head, tail, elided token count); ``head`` is
+        an exact prefix and ``tail`` an exact suffix of ``text``, cut between characters."""
+
+    def cut_ends(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str] | None:
+        """``(head, tail)`` of about ``head_tokens`` and ``tail_tokens`` tokens, tokenizing
+        only a window at each end (:func:`app.domain.cuts.windowed_head_tail`), or None when
+        ``text`` has no more than ``head_tokens + tail_tokens`` tokens."""
 
     def measure(self, conversation: "Conversation") -> Measurement:
         """Render ``conversation`` with the chat template and count it exactly."""
@@ -59,3 +72,7 @@ class WireFormat(Protocol):
     def serialize(self, conversation: "Conversation", measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
         """The body for ``conversation`` and its canonical bytes (what byte-identity and
         ``request_sha256`` are computed on)."""
+
+    def layout_warnings(self, conversation: "Conversation") -> Sequence[str]:
+        """What the format itself changes or cannot carry in ``conversation`` (manifest
+        ``layout_warnings`` lines; none for most formats)."""

@@ -21,6 +21,17 @@ def _sha(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
 
+def leaf_chars(m: LeafMessage, *_: object) -> int:
+    """Characters of a leaf message's texts (content, reasoning, call arguments): the size
+    by which memos keyed by messages are bounded (app.domain.memo.bounded_memo)."""
+    n = len(m.content)
+    if m.reasoning:
+        n += len(m.reasoning)
+    for call in m.tool_calls:
+        n += len(call.arguments)
+    return n
+
+
 def leaf_digest(m: LeafMessage) -> str:
     """16 hex chars of sha256 over the message's role, content, call id, reasoning and
     calls."""

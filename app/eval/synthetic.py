@@ -47,6 +47,7 @@ from functools import lru_cache
 
 from app.domain.assembly import assemble_window
 from app.domain.budget import Budget
+from app.domain.cuts import windowed_head_tail
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
@@ -79,6 +80,8 @@ def units(label: str, n: int) -> str:
 class UnitMeter:
     """TokenMeter of the unit-token profile (module docstring): exact sizes, no framing."""
 
+    control_strings: tuple[str, ...] = ()
+
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
         self._texts: dict[str, list[int]] = {}  # memo: synthetic texts repeat across calls
@@ -104,6 +107,9 @@ class UnitMeter:
         if len(toks) <= head_tokens + tail_tokens:
             return text, "", 0
         return " ".join(toks[:head_tokens]), " ".join(toks[len(toks) - tail_tokens:]), len(toks) - head_tokens - tail_tokens
+
+    def cut_ends(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str] | None:
+        return windowed_head_tail(text, head_tokens, tail_tokens, self.head_tail)
 
     def measure(self, conversation: Conversation) -> Measurement:
         system = self._intern(conversation.system)

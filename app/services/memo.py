@@ -28,11 +28,11 @@ session) the service reads the database and rebuilds, with identical results.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import cachetools
 import orjson
 
 from app.domain.state import RememberedIds
@@ -57,6 +57,7 @@ def _event_bytes(event: Event) -> int:
 
 @dataclass
 class _Entry:
+    session_id: str = ""
     seen: int = 0
     events: list[Event] = field(default_factory=list)
     event_bytes: int = 0
@@ -78,34 +79,34 @@ class AssemblyMemo:
             raise ValueError("max_sessions >= 1 and max_bytes >= 0 required")
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
-        self._sessions: OrderedDict[str, _Entry] = OrderedDict()
-        self._bytes = 0
+        # cachetools' LRU bounded in bytes; an entry is charged at most max_bytes, so the
+        # most recently used session stays even when it alone is larger
+        self._sessions: cachetools.LRUCache[str, _Entry] = cachetools.LRUCache(
+            maxsize=max_bytes, getsizeof=lambda entry: min(entry.size, max_bytes))
         self._lock = threading.Lock()
 
     @property
     def bytes(self) -> int:
         """Estimated bytes held (see the module docstring)."""
-        return self._bytes
+        return sum(entry.size for entry in self._sessions.values())
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def _entry(self, session_id: str) -> _Entry:
         """The session's entry, created if missing, marked most recently used (lock held)."""
-        entry = self._sessions.get(session_id)
+        entry = self._sessions.get(session_id)  # marks it most recently used
         if entry is None:
-            entry = self._sessions[session_id] = _Entry()
-        else:
-            self._sessions.move_to_end(session_id)
+            entry = self._sessions[session_id] = _Entry(session_id)
         return entry
 
     def _resize(self, entry: _Entry, before: int) -> None:
-        """Account for a change of ``entry``'s size and evict down to the bounds (lock held).
+        """Account for a change of ``entry``'s size (``before`` is no longer needed: the LRU re-sizes
+        it) and evict down to the bounds (lock held).
         The most recently used session is kept even when it alone exceeds ``max_bytes``."""
-        self._bytes += entry.size - before
-        while len(self._sessions) > 1 and (self._bytes > self.max_bytes or len(self._sessions) > self.max_sessions):
-            _, old = self._sessions.popitem(last=False)
-            self._bytes -= old.size
+        self._sessions[entry.session_id] = entry  # re-sized; evicts least recently used sessions
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem()
 
     def events(self, session_id: str, last_seq: int, load: Callable[[int], list[Event]]) -> list[Event]:
         """The session's events up to ``last_seq`` (read in the caller's snapshot).

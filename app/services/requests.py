@@ -12,7 +12,9 @@ between the load and the save, the GET plans again from the winner's state, at m
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,14 +23,14 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from app.domain.assembly import Assembly
-from app.domain.errors import LayoutContention, ManifestNotFound, SessionNotFound, UnsupportedFormat
+from app.domain.errors import LayoutContention, ManifestNotFound, ServerFault, SessionNotFound, UnsupportedFormat
 from app.domain.layout import Conversation
 from app.domain.manifest import Manifest, ManifestSummary
 from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_request
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.state import PreviousRequest, SessionState
-from app.domain.types import Event
+from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
@@ -51,8 +53,13 @@ _ZONES = {
 
 
 def request_bytes(body: Mapping[str, Any]) -> bytes:
-    """The canonical bytes of a request body (what byte-identity is checked on)."""
-    return orjson.dumps(body)
+    """The canonical bytes of a request body (what byte-identity is checked on): orjson's
+    compact JSON, or the same compact form from ``json`` for what orjson refuses (an
+    integer beyond 64 bits in a tool call's parsed arguments, the Anthropic ``input``)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def prompt_cache_key(session_id: str) -> str:
@@ -83,10 +90,19 @@ class Wire:
         return self.name == "anthropic"
 
     def serialize(self, conversation: Conversation, measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
+        """openai: the profile's ``chat_template_kwargs`` ride along (only when it declares
+        some), and a meter that counted other messages than the plain serialization
+        (mistral-tekken: ``Measurement.extra["openai_messages"]``) has those served, so the
+        body is what was counted."""
         profile = self.profile
+        body: dict[str, Any]
         if self.name == "openai":
             body = openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
-                                         prompt_cache_key=prompt_cache_key(self.session_id))
+                                         prompt_cache_key=prompt_cache_key(self.session_id),
+                                         chat_template_kwargs=profile.chat_template_kwargs)
+            counted = measurement.extra.get("openai_messages")
+            if isinstance(counted, list):
+                body["messages"] = counted
         elif self.name == "anthropic":
             body = anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
         else:
@@ -94,6 +110,15 @@ class Wire:
             body = tokens_wire.serialize(measurement.ids or (), text if isinstance(text, str) else None,
                                          model=profile.model, max_tokens=profile.output_reserve)
         return body, request_bytes(body)
+
+    def layout_warnings(self, conversation: Conversation) -> Sequence[str]:
+        return anthropic_wire.layout_warnings(conversation) if self.name == "anthropic" else ()
+
+
+def tokenizer_id(meters: MeterRegistry, profiles: ProfileRegistry, profile: str) -> str | None:
+    """The id of the tokenizer that counts ``profile``'s requests (what payload token counts
+    are stored under), or None for a meter without one."""
+    return getattr(meters.get(profiles.get(profile)), "tokenizer_id", None)
 
 
 def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
@@ -137,11 +162,62 @@ class Loaded:
     events: list[Event]
     previous: PreviousRequest | None
     base: repo.StoredManifest | None = None
+    payload_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
-def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str) -> Loaded:
+#: GETs that look a missing payload count up in storage before giving up on it (the count is
+#: computed after the output's POST; a failed or slow count must not cost a read per GET).
+COUNT_LOOKUPS = 3
+
+
+def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str, str]:
+    return ("payload_tokens", tokenizer_id, handle)
+
+
+def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: str, counts: Mapping[str, int]) -> None:
+    """Keep counts just computed for a session's outputs in this worker's memo (the app's,
+    ``app.state.memo``), so its next GETs need not read them back (another worker reads them
+    from storage)."""
+    stash = memo.leaf_cache(session_id)
+    for handle, count in counts.items():
+        stash[_count_key(tokenizer_id, handle)] = count
+
+
+def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Sequence[Event],
+                         stash: MutableMapping[Any, Any]) -> dict[str, int]:
+    """Exact token counts of the session's tool outputs known so far (handle -> tokens,
+    under the tokenizer ``tokenizer_id``; none without one). Counts never change, so each
+    is read from the payloads table once and kept in the session's memo (``stash``, its
+    leaf cache); an output whose count is not stored yet is looked up again on at most
+    ``COUNT_LOOKUPS`` GETs (one SELECT for all such outputs), so a GET reads only the few
+    newest (issue 9, item 7). Part of the GET's LOAD (the caller's snapshot)."""
+    if tokenizer_id is None:
+        return {}
+    out: dict[str, int] = {}
+    missing: list[str] = []
+    for event in events:
+        if isinstance(event, ToolResultEvent):
+            count = stash.get(_count_key(tokenizer_id, event.handle))
+            if count is not None:
+                out[event.handle] = count
+            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
+                missing.append(event.handle)
+    if missing:
+        for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
+            if count is not None:
+                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
+        for handle in missing:
+            key = ("payload_tokens_lookups", tokenizer_id, handle)
+            stash[key] = stash.get(key, 0) + 1
+    return out
+
+
+def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, *,
+         tokenizer_of: Callable[[str], str | None] = lambda profile: None) -> Loaded:
     """LOAD: the session and its layout state, the events (only those the memo lacks are
-    read), and the previous request's prefix state in ``fmt``. Raises SessionNotFound."""
+    read), the previous request's prefix state in ``fmt``, and the known token counts of
+    the tool outputs under ``tokenizer_of(profile name)``'s tokenizer id. Raises
+    SessionNotFound."""
     found = repo.load_session_state(db, session_id, fmt)
     if found is None:
         raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
@@ -153,7 +229,8 @@ def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str) -> Loade
         base = memo.manifest(session_id, fmt)
         if base is None or base.id != previous.manifest_id:  # served by another worker: read it
             base = repo.load_manifest(db, session_id, previous.manifest_id)
-    return Loaded(state=state, events=events, previous=previous, base=base)
+    counts = known_payload_tokens(db, tokenizer_of(state.session.profile), events, memo.leaf_cache(session_id))
+    return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts)
 
 
 def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
@@ -174,7 +251,8 @@ def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = N
     for handle, data in plan.derived_payloads.items():
         if handle not in stored_before:  # the previous manifest's index payloads are stored already
             stored = repo.put_payload(db, data)
-            assert stored == handle  # content-addressed: the note names exactly what is stored
+            if stored != handle:  # content-addressed: the note must name exactly what is stored
+                raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
     return saved
 
@@ -195,18 +273,22 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
 
     Raises:
         SessionNotFound (404), UnsupportedFormat (422), PinnedOverBudget (422): the root,
-        trunk and next step alone exceed ``input_limit`` (eq. 1); LayoutContention (503):
-        other workers moved the layout state ``MAX_PLAN_ATTEMPTS`` times in a row.
+        trunk and next step alone exceed ``input_limit`` (eq. 1); NewestGroupOverBudget
+        (422): the newest turn group cannot fit even bounded; LayoutContention (503):
+        other workers moved the layout state ``MAX_PLAN_ATTEMPTS`` times in a row;
+        TemplateUnsupported / ServerFault (500): the profile's template cannot be counted
+        by zone, or a storage invariant broke.
     """
     check_format(fmt)
     for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
         with read_only(read_factory or factory) as db:
-            loaded = load(db, memo, session_id, fmt)
+            loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
         plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile),
                             wire=Wire(fmt, profile, session_id), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
-                            remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id))
+                            remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
+                            payload_tokens=loaded.payload_tokens)
         with unit_of_work(factory) as db:
             saved = save(db, plan, loaded.base)
             if saved is None:

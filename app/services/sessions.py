@@ -3,28 +3,50 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ContextManager
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import EventConflict, InvalidEvent, SessionNotFound
+from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound
 from app.domain.layout import canonical_json
+from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
 from app.store.tables import ArtifactRow, SessionRow
+from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 from app.observability import metrics
 
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
-                   tools: list[dict[str, Any]], metadata: dict[str, Any]) -> str:
+                   tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None) -> str:
     """Create a session; returns its id (32 hex chars).
+
+    With ``meters``, the text rendered verbatim (contract goal and constraints, which are
+    protected fields; system; every string of the tool declarations) is checked against
+    the profile's control strings (TokenMeter.control_strings): it cannot be neutralised
+    without changing it, so one that spells a control token is refused.
 
     Raises:
         UnknownProfile: ``profile`` is not configured (HTTP 422).
+        ControlTokenInText: protected text spells a control token of the profile (HTTP 422;
+            ``loc`` names the field, e.g. ``["contract", "constraints", 0, "text"]``).
     """
-    profiles.get(profile)
+    spec = profiles.get(profile)
+    if meters is not None:
+        protected = {"contract": {"goal": contract.get("goal", ""), "constraints": contract.get("constraints", [])},
+                     "system": system, "tools": tools}
+        found = first_control_string(protected, meters.get(spec).control_strings)
+        if found is not None:
+            loc, control = found
+            raise ControlTokenInText(
+                f"{'.'.join(map(str, loc))} spells {control!r}, a control token of profile {profile!r}; this text "
+                "is rendered verbatim, so it cannot be neutralised: reword it, or quote it in a user message "
+                "(where it is neutralised)", loc=list(loc),
+                control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
                      metadata=metadata)
@@ -53,24 +75,46 @@ def _fingerprint(event: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
 
 
-def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id: str, field: str) -> bytes:
+    """``data`` if it is within ``max_bytes``; else PayloadTooLarge naming the event."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise PayloadTooLarge(f"event {index} ({event_id!r}): {field} of {len(data):,} bytes exceeds the limit of "
+                              f"{max_bytes:,} bytes (setting CTXD_MAX_PAYLOAD_BYTES)", index=index, event_id=event_id,
+                              field=field, size_bytes=len(data), max_bytes=max_bytes)
+    return data
+
+
+def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
+                  max_payload_bytes: int | None = None) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
     with the same body is a no-op returning the original seq; with another body it is a
     conflict. Payloads go to content-addressed storage; the log keeps their handles.
+    ``max_payload_bytes`` bounds each new payload: a tool result's payload (UTF-8 bytes)
+    and a message's canonical JSON (content, reasoning, tool calls).
 
-    Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}]}``.
+    Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
+    "new_tool_outputs": [handles of the tool results created by this batch]}``.
 
     Raises:
         SessionNotFound: no such session (404).
         EventConflict: an event_id reused with a different body (409).
         InvalidEvent: a tool_result whose call_id names no earlier tool call of the session,
             a second result for one call, or a reused call id (422).
+        PayloadTooLarge: a new event's payload over ``max_payload_bytes`` (413).
     """
     row = require_session_row(db, session_id, lock=True)
     existing = repo.existing_events(db, session_id, [e["event_id"] for e in events])
-    calls, answered = repo.known_calls(db, session_id)
+    # only this batch's call ids: declared or answered earlier in the session (O(batch))
+    batch_ids = [c["call_id"] for e in events if e["kind"] == "message" for c in e.get("tool_calls") or []]
+    batch_ids += [e["call_id"] for e in events if e["kind"] == "tool_result"]
+    known = repo.tool_calls(db, session_id, batch_ids)
+    calls = set(known)
+    answered = {call_id for call_id, result_seq in known.items() if result_seq is not None}
+    new_calls: dict[str, list[Any]] = {}  # call id -> [call seq, result seq | None], inserted at the end
+    answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
+    new_outputs: list[str] = []  # handles of the tool outputs this batch stored
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
     results: list[dict[str, Any]] = []
     seq = row.last_seq
@@ -94,8 +138,12 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
                 raise InvalidEvent(f"event {index} ({event_id!r}): tool call id(s) {reused} already used in this session", **where)
             canonical = {"role": body["role"], "content": body.get("content", ""), "reasoning": body.get("reasoning"),
                          "tool_calls": body.get("tool_calls") or []}
-            body["handle"] = repo.put_payload(db, canonical_json(canonical).encode("utf-8"))
-            calls.update(c["call_id"] for c in body.get("tool_calls") or [])
+            data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
+                                    **where)
+            body["handle"] = repo.put_payload(db, data)
+            for call in body.get("tool_calls") or []:
+                calls.add(call["call_id"])
+                new_calls[call["call_id"]] = [seq + 1, None]
         elif kind == "tool_result":
             call_id = body["call_id"]
             if call_id not in calls:
@@ -103,7 +151,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
             if call_id in answered:
                 raise InvalidEvent(f"event {index} ({event_id!r}): call_id {call_id!r} already has a result", call_id=call_id, **where)
             answered.add(call_id)
-            body["handle"] = repo.put_payload(db, body.pop("payload").encode("utf-8"))
+            if call_id in new_calls:
+                new_calls[call_id][1] = seq + 1
+            else:
+                answers.append((call_id, seq + 1))
+            data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
+            body["handle"] = repo.put_payload(db, data)
+            new_outputs.append(body["handle"])
             binding = body.get("binding")
             if binding is not None and binding.get("revision") is None:
                 binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])
@@ -115,16 +169,55 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]])
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
         metrics.EVENTS_APPENDED.labels(kind).inc()
+    repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
+    repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
-    return {"session_id": session_id, "last_seq": seq, "results": results}
+    return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+_COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority
+
+
+def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
+                         session_id: str, handles: Sequence[str]) -> tuple[str, dict[str, int]]:
+    """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
+    store each count beside its payload (``payloads.token_counts``), once per payload and
+    tokenizer (issue 9, item 7). Run after the POST that stored them (a background task):
+    counting a 2 MB output takes seconds, so it happens in no request. Two short
+    transactions (read, then write); none is open while tokenizing.
+
+    Returns (the tokenizer id, every count of ``handles``: handle -> tokens, stored before
+    or computed now). Payloads already counted are not counted again; unknown handles and
+    a session that is gone are skipped. Raises TokenizerUnavailable when the profile's
+    tokenizer cannot be loaded."""
+    if not handles:
+        return "", {}
+    with uow() as db:
+        row = repo.get_session_row(db, session_id)
+        if row is None:
+            return "", {}
+        meter = meters.get(profiles.get(row.profile))
+        tokenizer_id = str(meter.tokenizer_id)
+        stored = repo.payload_token_counts(db, handles, tokenizer_id)
+        texts = repo.get_payload_texts(db, [h for h, n in stored.items() if n is None])
+    counts: dict[str, int] = {}
+    with _COUNTING:
+        for handle, text in texts.items():
+            counts[handle] = int(meter.count_text(text))
+    if counts:
+        with uow() as db:
+            repo.store_token_counts(db, tokenizer_id, counts)
+    return tokenizer_id, {h: n for h, n in stored.items() if n is not None} | counts
 
 
 def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, length: int | None = None,
                 lines: str | None = None) -> tuple[str, bytes, int]:
     """The raw payload behind ``handle`` (sha256 hex or an unambiguous prefix of >= 8 hex
     chars), whole or sliced: ``offset``/``length`` in bytes, or ``lines`` "a:b" (1-based,
-    inclusive). Returns (full handle, bytes, total size in bytes).
+    inclusive; lines end at ``"\\n"`` only, as ``sed -n 'a,bp'`` and ``grep -n`` count them:
+    ``\\r`` progress bars and form feeds stay inside their line). Returns (full handle,
+    bytes, total size in bytes).
 
     Raises:
         HandleNotFound: unknown handle (404). InvalidRange: a slice outside the payload or
@@ -151,7 +244,7 @@ def read_handle(db: OrmSession, handle: str, *, offset: int | None = None, lengt
             a, b = int(a_text), int(b_text)
         except ValueError:
             raise InvalidRange(f"lines must be 'a:b' (1-based, inclusive), got {lines!r}") from None
-        all_lines = data.splitlines(keepends=True)
+        all_lines = split_lines(data)
         if a < 1 or b < a:
             raise InvalidRange(f"lines {lines!r}: need 1 <= a <= b (1-based, inclusive)", lines=len(all_lines))
         if a > max(len(all_lines), 1):

@@ -37,6 +37,7 @@ from app.store.tables import (
     PayloadRow,
     PrefixStateRow,
     SessionRow,
+    ToolCallRow,
     utcnow,
 )
 
@@ -151,6 +152,43 @@ def get_payload(db: OrmSession, handle: str) -> tuple[str, bytes] | None:
     return row.sha256, row.data
 
 
+def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
+    wanted = sorted(set(handles))
+    out: dict[str, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        for sha, data in db.execute(select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(chunk))):
+            out[sha] = bytes(data).decode("utf-8")
+    return out
+
+
+def payload_token_counts(db: OrmSession, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
+    """handle -> the stored token count of that payload under ``tokenizer_id`` (None when
+    not counted yet), for the given handles that exist. Chunks of 500 handles."""
+    wanted = sorted(set(handles))
+    out: dict[str, int | None] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        for sha, counts in db.execute(select(PayloadRow.sha256, PayloadRow.token_counts)
+                                      .where(PayloadRow.sha256.in_(chunk))):
+            value = (counts or {}).get(tokenizer_id)
+            out[sha] = int(value) if value is not None else None
+    return out
+
+
+def store_token_counts(db: OrmSession, tokenizer_id: str, counts: dict[str, int]) -> None:
+    """Record ``counts`` (handle -> tokens under ``tokenizer_id``) beside the payloads, keeping
+    the counts of other tokenizers (read, merge, write: two writers of different tokenizers
+    at once may lose one count, which is then computed again)."""
+    wanted = sorted(counts)
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        for sha, known in db.execute(select(PayloadRow.sha256, PayloadRow.token_counts)
+                                     .where(PayloadRow.sha256.in_(chunk))).all():
+            merged = dict(known or {}) | {tokenizer_id: int(counts[sha])}
+            db.execute(update(PayloadRow).where(PayloadRow.sha256 == sha).values(token_counts=merged))
+
+
 # --- events ---------------------------------------------------------------------------
 
 def existing_events(db: OrmSession, session_id: str, event_ids: Sequence[str]) -> dict[str, EventRow]:
@@ -160,18 +198,42 @@ def existing_events(db: OrmSession, session_id: str, event_ids: Sequence[str]) -
     return {r.event_id: r for r in rows}
 
 
-def known_calls(db: OrmSession, session_id: str) -> tuple[set[str], set[str]]:
-    """(call ids declared by assistant messages, call ids that already have a result)."""
-    calls: set[str] = set()
-    answered: set[str] = set()
-    rows = db.execute(select(EventRow.kind, EventRow.body).where(EventRow.session_id == session_id,
-                                                                EventRow.kind.in_(["message", "tool_result"])))
-    for kind, body in rows:
-        if kind == "message":
-            calls.update(c["call_id"] for c in body.get("tool_calls") or [])
-        else:
-            answered.add(body["call_id"])
-    return calls, answered
+def tool_calls(db: OrmSession, session_id: str, call_ids: Iterable[str]) -> dict[str, int | None]:
+    """Of ``call_ids``, those declared in the session: call id -> the seq of its result, or
+    None while it has none. One SELECT on the tool-call table (chunks of 500 ids), so the
+    cost follows the batch, not the session."""
+    wanted = sorted(set(call_ids))
+    out: dict[str, int | None] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        rows = db.execute(select(ToolCallRow.call_id, ToolCallRow.result_seq)
+                          .where(ToolCallRow.session_id == session_id, ToolCallRow.call_id.in_(chunk)))
+        out.update((call_id, result_seq) for call_id, result_seq in rows)
+    return out
+
+
+def add_tool_calls(db: OrmSession, session_id: str, calls: Sequence[tuple[str, int, int | None]]) -> None:
+    """Record new tool calls: (call id, seq of the declaring message, seq of its result or
+    None). The caller has checked that no id is already in the session."""
+    if calls:
+        db.execute(core_insert(ToolCallRow.__table__), [
+            {"session_id": session_id, "call_id": call_id, "call_seq": call_seq, "result_seq": result_seq}
+            for call_id, call_seq, result_seq in calls])
+
+
+def answer_tool_calls(db: OrmSession, session_id: str, answers: Sequence[tuple[str, int]]) -> None:
+    """Set the result seq of calls recorded earlier: (call id, seq of the result). Raises
+    RuntimeError when a call is missing or already answered (the caller checked both under
+    the session's row lock, so this is a broken invariant, not bad input)."""
+    if not answers:
+        return
+    table = ToolCallRow.__table__
+    statement = (update(table).where(table.c.session_id == session_id, table.c.call_id == bindparam("cid"),
+                                     table.c.result_seq.is_(None))
+                 .values(result_seq=bindparam("rseq")))
+    result = db.execute(statement, [{"cid": call_id, "rseq": seq} for call_id, seq in answers])
+    if result.rowcount not in (-1, len(answers)):
+        raise RuntimeError(f"tool calls of session {session_id!r}: {len(answers)} results, {result.rowcount} calls answered")
 
 
 def append_event(db: OrmSession, *, session_id: str, seq: int, event_id: str, kind: str, body: dict[str, Any],
@@ -194,6 +256,28 @@ def bump_artifact(db: OrmSession, session_id: str, artifact: str) -> int:
 def artifact_revision(db: OrmSession, session_id: str, artifact: str) -> int:
     row = db.get(ArtifactRow, (session_id, artifact))
     return row.revision if row else 0
+
+
+def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revision: int) -> str | None:
+    """The content hash last recorded for ``revision`` of ``artifact``: by the
+    ``artifact_write`` that made it or by a ``tool_result`` bound to it, whichever
+    came later (highest seq); None when neither gave one."""
+    write = db.execute(
+        select(EventRow.seq, EventRow.body["content_hash"].as_string())
+        .where(EventRow.session_id == session_id, EventRow.kind == "artifact_write",
+               EventRow.body["artifact"].as_string() == artifact,
+               EventRow.body["revision"].as_integer() == revision,
+               EventRow.body["content_hash"].as_string().is_not(None))
+        .order_by(EventRow.seq.desc()).limit(1)).first()
+    read = db.execute(
+        select(EventRow.seq, EventRow.body[("binding", "content_hash")].as_string())
+        .where(EventRow.session_id == session_id, EventRow.kind == "tool_result",
+               EventRow.body[("binding", "artifact")].as_string() == artifact,
+               EventRow.body[("binding", "revision")].as_integer() == revision,
+               EventRow.body[("binding", "content_hash")].as_string().is_not(None))
+        .order_by(EventRow.seq.desc()).limit(1)).first()
+    found = [r for r in (write, read) if r is not None]
+    return max(found, key=lambda r: r[0])[1] if found else None
 
 
 def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:

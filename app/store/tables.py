@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
+                        UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -32,7 +33,7 @@ class SessionRow(Base):
 
 class LayoutStateRow(Base):
     """A session's layout state (app/domain/state.py ``LayoutState``): written only by
-    compare-and-set on ``version`` (migration 0003 replaced ``sessions.cut_seq``)."""
+    compare-and-set on ``version`` (migration 0005_layout_states replaced ``sessions.cut_seq``)."""
 
     __tablename__ = "layout_states"
 
@@ -61,6 +62,25 @@ class EventRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class ToolCallRow(Base):
+    """One row per tool call declared by an assistant message: the seq of that message and,
+    once posted, the seq of its one result. The primary key (session_id, call_id) makes a
+    call id unique in its session; ``result_seq`` is one column, so a call has at most one
+    result, and (session_id, result_seq) is unique, so an event answers at most one call.
+    Ingest checks a batch's call ids against this table only (O(batch), issue 9 item 5)."""
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (
+        UniqueConstraint("session_id", "result_seq", name="uq_tool_calls_session_result_seq"),
+        CheckConstraint("result_seq IS NULL OR result_seq > call_seq", name="ck_tool_calls_result_after_call"),
+    )
+
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    call_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    call_seq: Mapped[int] = mapped_column(Integer)
+    result_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
 class PayloadRow(Base):
     """Raw payloads, content-addressed by sha256 of their bytes, stored once."""
 
@@ -69,6 +89,8 @@ class PayloadRow(Base):
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
     data: Mapped[bytes] = mapped_column(LargeBinary)
+    # exact token count per tokenizer id ({id: tokens}), null until counted (issue 9 item 7)
+    token_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -96,7 +118,7 @@ class ManifestRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer)
     request_sha256: Mapped[str] = mapped_column(String(64))
     tokens_total: Mapped[int] = mapped_column(Integer)
-    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # rows stored before migration 0004
+    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # rows stored before migration 0006_manifest_deltas
     # zlib-compressed JSON: a keyframe (base_id NULL) is the whole manifest, a delta an
     # app/store/delta.py delta of base_id's
     data: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
@@ -110,7 +132,7 @@ class ManifestRow(Base):
 class PrefixStateRow(Base):
     """Per session and wire format, what is kept of the last request served in it: its
     length, fingerprint, what rebuilds it and its manifest's id (app/domain/state.py
-    ``PreviousRequest``; migration 0004 replaced the whole block digests and layout)."""
+    ``PreviousRequest``; migration 0006_manifest_deltas replaced the whole block digests and layout)."""
 
     __tablename__ = "prefix_states"
 

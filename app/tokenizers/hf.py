@@ -26,19 +26,60 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from bisect import bisect_left
-from collections import OrderedDict
-from functools import lru_cache
-from threading import Lock
 from typing import Any, Callable, Sequence
 
+from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
+from app.domain.cuts import windowed_head_tail
+from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
+from app.domain.memo import bounded_memo
+from app.domain.prefix_layout import leaf_chars
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
+from app.domain.text import cut_head_tail
 from app.tokenizers.native import native_renderer, template_sha256
+from app.wire.openai import tool_call_id
 
 log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
+
+# Bounds of the in-process memos (issue 9 item 7). The module-level memos of the render
+# path (arguments_text, _shared_template_message) run hundreds of times a GET, so they are
+# functools' LRU (app.domain.memo.bounded_memo) holding entries of at most MEMO_ENTRY_CHARS
+# characters: at most 64 M characters each. The meters' own memos are cachetools LRUs
+# bounded in bytes (app/caches.py).
+MEMO_ENTRIES = 16384
+MEMO_ENTRY_CHARS = 4096
+COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
+HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
+HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
+RECENT_BYTES = 64 * 1024 * 1024  # _recent: the previous request's text and encoding per root+trunk
+
+
+def memoized_cuts(cut: Callable[[str, int, int], tuple[str, str, int]], max_bytes: int
+                  ) -> tuple[Callable[..., tuple[str, str, int]], Callable[..., tuple[str, str] | None]]:
+    """A meter's ``head_tail`` (the exact ``cut``) and ``cut_ends`` (windowed, see
+    :func:`app.domain.cuts.windowed_head_tail`), each memoized in ``max_bytes`` keyed by the
+    text's sha256: payloads are immutable, so a capped output is cut once, not per GET."""
+
+    def key(text: str, head: int, tail: int) -> tuple[bytes, int, int]:
+        return text_key(text), head, tail
+
+    def size(result: tuple[str, ...] | None) -> int:
+        return ENTRY_OVERHEAD + (sum(sys.getsizeof(part) for part in result[:2]) if result else 0)
+
+    def cut_ends(text: str, head: int, tail: int) -> tuple[str, str] | None:
+        return windowed_head_tail(text, head, tail, cut)
+
+    return memoize(max_bytes, key=key, sizeof=size)(cut), memoize(max_bytes, key=key, sizeof=size)(cut_ends)
+
+
+def _encoded_bytes(text: str, encoded: Any) -> int:
+    """Estimated bytes of a remembered request: its text, ids (4 bytes each) and per-segment
+    offsets and status (~80 bytes a segment)."""
+    return sys.getsizeof(text) + 4 * len(encoded.id_array) + 80 * len(encoded.status) + ENTRY_OVERHEAD
 
 
 def parse_arguments(arguments: str) -> Any:
@@ -51,7 +92,7 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else arguments
 
 
-@lru_cache(maxsize=16384)
+@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, len)
 def arguments_text(arguments: str) -> str:
     """What a template's ``arguments | tojson`` prints for :func:`parse_arguments`'s value:
     the JSON object dumped as transformers' ``tojson`` does, else the string itself.
@@ -66,6 +107,8 @@ def template_messages(conversation: Conversation, *, render_reasoning: bool = Fa
     """The chat-template input for ``conversation``: system, trunk user message, leaf.
 
     Assistant ``content`` is never None (the Qwen3 template rejects it): "" instead.
+    Tool-call ids are the openai body's (:func:`app.wire.openai.tool_call_id`), so a
+    template that renders ids renders what is served.
     Tool-call arguments are parsed (:func:`parse_arguments`), or with ``arguments_as_text``
     given as the text the template would print for them (:func:`arguments_text`); the
     leaf's dicts are then memoized per leaf message and shared between calls: treat
@@ -87,18 +130,19 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
         out: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
         if m.tool_calls:
             out["tool_calls"] = [
-                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args(c.arguments)}}
+                {"id": tool_call_id(c.call_id), "type": "function",
+                 "function": {"name": c.name, "arguments": args(c.arguments)}}
                 for c in m.tool_calls
             ]
         if render_reasoning and m.reasoning:
             out["reasoning_content"] = m.reasoning
         return out
     if m.role == "tool":
-        return {"role": "tool", "tool_call_id": m.call_id, "name": m.name, "content": m.content}
+        return {"role": "tool", "tool_call_id": tool_call_id(m.call_id or ""), "name": m.name, "content": m.content}
     return {"role": m.role, "content": m.content}
 
 
-@lru_cache(maxsize=65536)
+@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, leaf_chars)
 def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
     return _template_message(m, render_reasoning, arguments_text)
 
@@ -143,6 +187,19 @@ def inert(role: str, content: str) -> bool:
     return role in ("system", "tool")
 
 
+def control_strings(tokenizer: Any) -> tuple[str, ...]:
+    """The added tokens (special or not) that ``tokenizer`` matches inside ordinary text,
+    i.e. whose content encodes to the token's own id: the strings a payload must not
+    carry into a render (TokenMeter.control_strings). Whitespace-only added tokens are
+    vocabulary, not control, and are left out. Sorted."""
+    out = []
+    for token_id, token in tokenizer.added_tokens_decoder.items():
+        content = token.content
+        if content.strip() and token_id in tokenizer.encode(content, add_special_tokens=False):
+            out.append(content)
+    return tuple(sorted(out))
+
+
 class HFChatMeter:
     """TokenMeter for a transformers tokenizer with a chat template.
 
@@ -152,24 +209,30 @@ class HFChatMeter:
         render_reasoning: render assistant ``reasoning`` (profile switch; off by default).
         render_cache: "native" (a pinned template's Python renderer, else "placeholders"),
             "placeholders" (ChatML-family templates) or "none" (full render).
+        template_kwargs: the profile's ``chat_template_kwargs``, passed to every render
+            (as vLLM and SGLang pass them), e.g. ``{"enable_thinking": False}``.
 
     Raises ValueError for an unknown ``render_cache``.
     """
 
     def __init__(self, tokenizer: Any, *, encoder: Any | None = None, render_reasoning: bool = False,
-                 render_cache: str = "none") -> None:
+                 render_cache: str = "none", template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.encoder = encoder
         self.render_reasoning = render_reasoning
         self.render_cache = render_cache
+        self.template_kwargs = dict(template_kwargs or {})
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
-        self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
-        # payloads are immutable: a capped tool output is cut once, not on every GET
-        self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
-        self._heads: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
-        self._heads_lock = Lock()
-        self._recent: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self.control_strings = control_strings(tokenizer)
+        # payloads are immutable: a text is counted, and a capped tool output cut, once (keyed
+        # by the text's sha256, so the memo does not hold the text)
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+                                  sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
+        self._heads: ByteLRU[str, tuple[int, int, int]] = ByteLRU(HEADS_BYTES, lambda key, _: len(key) + ENTRY_OVERHEAD)
+        self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
+            RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))
         if render_cache not in ("native", "placeholders", "none"):
             raise ValueError(f"unknown render_cache {render_cache!r}; expected native, placeholders or none")
         self._native = native_renderer(getattr(tokenizer, "chat_template", None)) if render_cache == "native" else None
@@ -196,22 +259,31 @@ class HFChatMeter:
         env.globals.update(sandboxed.globals)
         return env.from_string(tokenizer.chat_template)
 
+    @property
+    def tokenizer_id(self) -> str:
+        """A stable id of the tokenizer (32 hex chars of its fingerprint): the key of stored
+        payload token counts. Computed once."""
+        known = getattr(self, "_tokenizer_id", None)
+        if known is None:
+            if self.encoder is not None:
+                known = str(self.encoder.fingerprint)[:32]
+            else:
+                from app.tokenizers.segments import tokenizer_fingerprint
+
+                known = tokenizer_fingerprint(self.tokenizer.backend_tokenizer)[:32]
+            self._tokenizer_id = known
+        return known
+
     # -- text-level --------------------------------------------------------------------
 
     def _count_text(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
-        """Cut ``text`` at token boundaries (offset mapping): head, tail, elided tokens."""
+        """Cut ``text`` at token boundaries (character offset mapping): an exact prefix and
+        suffix, never inside a character (:func:`app.domain.text.cut_head_tail`)."""
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets = enc["offset_mapping"]
-        n = len(offsets)
-        if n <= head_tokens + tail_tokens:
-            return text, "", 0
-        head_end = offsets[head_tokens - 1][1] if head_tokens else 0
-        tail_start = offsets[n - tail_tokens][0] if tail_tokens else len(text)
-        tail_start = max(tail_start, head_end)
-        return text[:head_end], text[tail_start:], n - head_tokens - tail_tokens
+        return cut_head_tail(text, enc["offset_mapping"], head_tokens, tail_tokens)
 
     def encode(self, text: str) -> list[int]:
         if self.encoder is not None:
@@ -223,14 +295,15 @@ class HFChatMeter:
     def render(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, *,
                add_generation_prompt: bool = True) -> str:
         """The chat template's text for ``messages`` (same output as
-        ``tokenizer.apply_chat_template(..., tokenize=False)``)."""
+        ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``)."""
         if self._native is not None:
-            text = self._native(messages, tools, add_generation_prompt)
+            text = self._native(messages, tools, add_generation_prompt, **self.template_kwargs)
             if text is not None:
                 return text
         if self._template is None or any(_marked(m) for m in messages):
             return str(self.tokenizer.apply_chat_template(
-                messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt, tokenize=False))
+                messages, tools=list(tools) if tools else None, add_generation_prompt=add_generation_prompt,
+                tokenize=False, **self.template_kwargs))
         contents: list[str] = []
         skeleton = []
         for m in messages:
@@ -240,7 +313,8 @@ class HFChatMeter:
                 contents.append(content)
             skeleton.append(m)
         text = self._template.render(messages=skeleton, tools=list(tools) if tools else None,
-                                     add_generation_prompt=add_generation_prompt, **self._special)
+                                     add_generation_prompt=add_generation_prompt,
+                                     **(self._special | self.template_kwargs))
         return PLACEHOLDER.sub(lambda match: contents[int(match.group(1))], text)
 
     def _boundary_before(self, text: str, pos: int) -> int:
@@ -255,12 +329,13 @@ class HFChatMeter:
 
     def _head(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> tuple[int, int, int]:
         """(trunk start, leaf start, root tokens without tools) in the render of the root and
-        trunk; cached by their content (they change only when the trunk is rewritten)."""
+        trunk; cached by their content (they change only when the trunk is rewritten).
+        Raises TemplateUnsupported (a 500 problem: the profile's, not the caller's) when the
+        template renders the trunk differently with and without tools."""
         key = hashlib.sha256(json.dumps([messages[:2], tools], sort_keys=True).encode()).hexdigest()
-        with self._heads_lock:
-            if key in self._heads:
-                self._heads.move_to_end(key)
-                return self._heads[key]
+        known = self._heads.get(key)
+        if known is not None:
+            return known
         head = self.render(messages[:2], tools, add_generation_prompt=False)
         probe = self.render([messages[0], {"role": "user", "content": ""}], tools, add_generation_prompt=False)
         common = next((i for i, (a, b) in enumerate(zip(probe, head)) if a != b), min(len(probe), len(head)))
@@ -273,20 +348,33 @@ class HFChatMeter:
             bare_common = next((i for i, (a, b) in enumerate(zip(bare_probe, bare)) if a != b), 0)
             bare_trunk = self._boundary_before(bare, bare_common)
             if bare[bare_trunk:] != head[trunk_start:]:
-                raise ValueError("the chat template renders the trunk differently with and without tools")
+                raise TemplateUnsupported(
+                    "the chat template renders the trunk differently with and without tools, so the tools' "
+                    "tokens cannot be counted apart", reason="trunk_depends_on_tools")
             bare_root = len(self.encode(bare[:bare_trunk]))
         value = (trunk_start, leaf_start, bare_root)
-        with self._heads_lock:
-            self._heads[key] = value
-            while len(self._heads) > 256:
-                self._heads.popitem(last=False)
+        self._heads.put(key, value)
         return value
 
     def measure(self, conversation: Conversation) -> Measurement:
         """Render once, encode through the segment cache, count each zone exactly.
 
         tools = root tokens with the declarations - root tokens without them (the template
-        renders the trunk and leaf identically either way; checked on the trunk)."""
+        renders the trunk and leaf identically either way; checked on the trunk).
+
+        Raises:
+            ProviderRuleViolation: the chat template refused the request (a Jinja error,
+                e.g. a template's ``raise_exception``, or a ValueError from rendering).
+        """
+        import jinja2
+
+        try:
+            return self._measure(conversation)
+        except (jinja2.TemplateError, ValueError) as exc:
+            raise ProviderRuleViolation(f"the profile's chat template refused the request: {exc}",
+                                        rule="chat-template", reason=str(exc)) from exc
+
+    def _measure(self, conversation: Conversation) -> Measurement:
         messages = template_messages(conversation, render_reasoning=self.render_reasoning,
                                      arguments_as_text=self._native is not None)
         tools = list(conversation.tools)
@@ -299,15 +387,14 @@ class HFChatMeter:
             # the previous request with the same root and trunk (usually the session's
             # last one): reuse its encoding over the common prefix
             head_key = hashlib.sha256(text[:leaf_start].encode("utf-8", "surrogatepass")).hexdigest()
-            with self._heads_lock:
-                recent = self._recent.get(head_key)
+            recent = self._recent.get(head_key)
             encoded = self.encoder.encode_after(text, *recent) if recent else self.encoder.encode(text)
-            with self._heads_lock:
-                self._recent[head_key] = (text, encoded)
-                self._recent.move_to_end(head_key)
-                while len(self._recent) > 64:
-                    self._recent.popitem(last=False)
+            self._recent.put(head_key, (text, encoded))
             ids = encoded.id_array
+            if not (encoded.is_boundary(trunk_start) and encoded.is_boundary(leaf_start)):
+                raise TemplateUnsupported(
+                    f"a zone start (trunk at char {trunk_start}, leaf at char {leaf_start}) is not next to an added "
+                    "token of the render, so the zones cannot be counted exactly", reason="zone_not_at_boundary")
             root_n = encoded.token_offset_at(trunk_start)
             leaf_at = encoded.token_offset_at(leaf_start)
             # segments by zone: zone starts are segment boundaries, so slices of status

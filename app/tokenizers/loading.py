@@ -96,4 +96,5 @@ class MeterRegistry:
             cache = self.token_cache if self.token_cache is not None else LocalLRUCache(64 * 1024 * 1024)
             encoder = SegmentEncoder.from_hf(tokenizer, cache=cache)
         return HFChatMeter(tokenizer, encoder=encoder, render_reasoning=profile.render_reasoning,
+                           template_kwargs=dict(profile.chat_template_kwargs),
                            render_cache=str(spec.get("render_cache", "none")))

@@ -244,6 +244,12 @@ def _tool(spec: dict[str, Any]) -> Tool:
     )
 
 
+def _is_prefix(shaped: Sequence[tuple[int, str, str, list[dict[str, Any]]]]) -> bool:
+    """Whether the request ends with an assistant text message: v3 accepts that only as a
+    prefix (validator: "Expected last role User or Tool (or Assistant with prefix)")."""
+    return bool(shaped) and shaped[-1][1] == "assistant" and bool(shaped[-1][2]) and not shaped[-1][3]
+
+
 def _role_runs(roles: Sequence[str]) -> list[tuple[int, int]]:
     """Maximal runs ``[start, end)`` of equal roles (the normalizer's grouping)."""
     runs: list[tuple[int, int]] = []
@@ -311,7 +317,81 @@ class MistralTekken:
         converted = self._convert(messages, tools)
         return converted.request, converted.warnings
 
+    def served_messages(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The OpenAI-style messages as a v3 server accepts them, and the layout warnings.
+
+        What :meth:`to_mistral` renders, written back as chat-completions messages, so the
+        body ctxd serves is the one it counted (README "Provider rules", mistral-tekken):
+        tool-call ids mapped to ``^[a-zA-Z0-9]{9}$`` (vLLM would cut a longer id to its
+        last 9 characters, which may then fail the validator), assistant text dropped
+        beside tool calls, empty assistant and system messages dropped, and a final
+        assistant text message marked ``"prefix": true`` (the Mistral API requires it for
+        a request that ends with an assistant message; vLLM sets it itself). Feeding the
+        result to :meth:`to_mistral` gives the same request.
+
+        Raises:
+            ValueError, TypeError: as :meth:`to_mistral`.
+        """
+        shaped, warnings, id_map = self._shape(messages, tools)
+        out: list[dict[str, Any]] = []
+        for idx, role, text, calls in shaped:
+            if role == "assistant":
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                if calls:
+                    message["tool_calls"] = [
+                        {"id": id_map[c["id"]], "type": "function",
+                         "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or ""}}
+                        for c in calls]
+                out.append(message)
+            elif role == "tool":
+                out.append({"role": "tool", "tool_call_id": id_map[messages[idx]["tool_call_id"]], "content": text})
+            else:
+                out.append({"role": role, "content": text})
+        if _is_prefix(shaped):
+            out[-1]["prefix"] = True
+        return out, warnings
+
     def _convert(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> _Converted:
+        shaped, warnings, id_map = self._shape(messages, tools)
+        built: list[Any] = []
+        origin: list[int] = []
+        for idx, role, text, calls in shaped:
+            if role == "system":
+                built.append(SystemMessage(content=text))
+            elif role == "user":
+                built.append(UserMessage(content=text))
+            elif role == "assistant":
+                built.append(
+                    AssistantMessage(
+                        content=text or None,
+                        tool_calls=[
+                            ToolCall(
+                                id=id_map[call["id"]],
+                                function=FunctionCall(
+                                    name=call["function"]["name"],
+                                    arguments=call["function"].get("arguments") or "",
+                                ),
+                            )
+                            for call in calls
+                        ]
+                        or None,
+                    )
+                )
+            else:
+                built.append(ToolMessage(content=text, tool_call_id=id_map[messages[idx]["tool_call_id"]]))
+            origin.append(idx)
+        if _is_prefix(shaped):
+            built[-1].prefix = True
+        request = ChatCompletionRequest(messages=built, tools=[_tool(t) for t in tools] or None)
+        return _Converted(request=request, warnings=warnings, origin=origin, id_map=id_map)
+
+    def _shape(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[list[tuple[int, str, str, list[dict[str, Any]]]], list[str], dict[str, str]]:
+        """Per message (original index, role, text, tool calls) as v3 renders them, the
+        layout warnings and the tool-call id map."""
         warnings: list[str] = []
         ids: list[str] = []
         for i, msg in enumerate(messages):
@@ -418,35 +498,12 @@ class MistralTekken:
                 "once user messages follow the trunk"
             )
 
-        built: list[Any] = []
-        origin: list[int] = []
-        for idx, role, text, calls in shaped:
-            if role == "system":
-                built.append(SystemMessage(content=text))
-            elif role == "user":
-                built.append(UserMessage(content=text))
-            elif role == "assistant":
-                built.append(
-                    AssistantMessage(
-                        content=text or None,
-                        tool_calls=[
-                            ToolCall(
-                                id=id_map[call["id"]],
-                                function=FunctionCall(
-                                    name=call["function"]["name"],
-                                    arguments=call["function"].get("arguments") or "",
-                                ),
-                            )
-                            for call in calls
-                        ]
-                        or None,
-                    )
-                )
-            else:
-                built.append(ToolMessage(content=text, tool_call_id=id_map[messages[idx]["tool_call_id"]]))
-            origin.append(idx)
-        request = ChatCompletionRequest(messages=built, tools=[_tool(t) for t in tools] or None)
-        return _Converted(request=request, warnings=warnings, origin=origin, id_map=id_map)
+        if _is_prefix(shaped):
+            warnings.append(
+                f"message {shaped[-1][0]}: the request ends with an assistant message, rendered as a prefix "
+                "(no </s>: the model continues it), as vLLM renders it and the Mistral API requires (\"prefix\": true)"
+            )
+        return shaped, warnings, id_map
 
     # ------------------------------------------------------------------ encode
 

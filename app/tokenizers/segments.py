@@ -54,11 +54,12 @@ import threading
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.caches import ByteLRU
 from app.domain.prefix import common_prefix_len
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,65 +131,16 @@ class TokenCache(Protocol):
         ...
 
 
-class LocalLRUCache:
-    """Thread-safe in-process LRU bounded by bytes (``len(key) + len(value)`` per entry).
+class LocalLRUCache(ByteLRU[bytes, bytes]):
+    """Thread-safe in-process LRU bounded by bytes (``len(key) + len(value)`` per entry),
+    on cachetools (:class:`app.caches.ByteLRU`).
 
     An entry larger than ``max_bytes`` is not stored. ``hits``, ``misses``,
     ``evictions`` and ``current_bytes`` are plain counters for metrics.
     """
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
-        if max_bytes <= 0:
-            raise ValueError("max_bytes must be positive")
-        self.max_bytes = max_bytes
-        self.current_bytes = 0
-        self.hits = 0
-        self.misses = 0
-        self.evictions = 0
-        self._data: OrderedDict[bytes, bytes] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        with self._lock:
-            data = self._data
-            for k in keys:
-                v = data.get(k)
-                if v is None:
-                    self.misses += 1
-                else:
-                    data.move_to_end(k)
-                    self.hits += 1
-                out.append(v)
-        return out
-
-    def set_many(self, items: dict[bytes, bytes]) -> None:
-        with self._lock:
-            data = self._data
-            for k, v in items.items():
-                size = len(k) + len(v)
-                old = data.pop(k, None)
-                if old is not None:
-                    self.current_bytes -= len(k) + len(old)
-                if size > self.max_bytes:
-                    continue
-                data[k] = v
-                self.current_bytes += size
-            while self.current_bytes > self.max_bytes and data:
-                k, v = data.popitem(last=False)
-                self.current_bytes -= len(k) + len(v)
-                self.evictions += 1
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self.current_bytes = 0
+        super().__init__(max_bytes, lambda key, value: len(key) + len(value))
 
 
 class RedisTokenCache:

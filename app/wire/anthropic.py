@@ -12,12 +12,12 @@ trunk, and the last block of the last leaf message.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
 
-from app.domain.layout import Conversation
+from app.domain.layout import Conversation, tool_arguments
+from app.wire.ids import mapped_id
 
 EPHEMERAL = {"type": "ephemeral"}
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -26,16 +26,26 @@ _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 def tool_use_id(call_id: str) -> str:
     """Anthropic tool_use ids match ``^[a-zA-Z0-9_-]+$``: kept when they do, else mapped
     deterministically (``toolu_`` + 24 hex chars of sha256)."""
-    return call_id if _TOOL_ID.match(call_id) else "toolu_" + hashlib.sha256(call_id.encode()).hexdigest()[:24]
+    return mapped_id(call_id, valid=lambda i: bool(_TOOL_ID.match(i)), prefix="toolu_", hex_chars=24)
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
-    """``tool_use.input`` must be an object: the parsed JSON object, else ``{"arguments": text}``."""
-    try:
-        value = json.loads(arguments)
-    except (TypeError, ValueError):
-        return {"arguments": arguments}
-    return value if isinstance(value, dict) else {"arguments": arguments}
+    """``tool_use.input`` must be an object: the arguments as the leaf carries them
+    (:func:`~app.domain.layout.tool_arguments`: the JSON object, ``{}`` for none, else
+    ``{"arguments": text}``), parsed."""
+    value: dict[str, Any] = json.loads(tool_arguments(arguments))
+    return value
+
+
+def layout_warnings(conversation: Conversation) -> list[str]:
+    """Notes on an Anthropic body that some Claude models may still refuse: a request that
+    ends with an assistant turn is a prefill (the model continues that text), which Claude
+    models from 4.6 on refuse with 400 ("The conversation must end with a user message")."""
+    if conversation.leaf and conversation.leaf[-1].role == "assistant":
+        return ["anthropic: the request ends with an assistant turn, sent as a prefill (its text trimmed of "
+                "trailing whitespace); Claude models from 4.6 on refuse a prefill: post a user message or a "
+                "step before asking for the next request"]
+    return []
 
 
 def _tools(conversation: Conversation) -> list[dict[str, Any]]:

@@ -140,3 +140,46 @@ def test_new_event_extends_previous_request(client: TestClient, fmt: str) -> Non
     moved = client.get(f"/v1/sessions/{sid}/request?format={fmt}").json()["manifest"]["cache"]
     assert moved["first_divergence"]["zone"] == "leaf"
     assert "step" in moved["first_divergence"]["reason"]
+
+
+OPENAI_REPLY = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}]}
+
+
+@pytest.mark.parametrize("profile", ["qwen3", "qwen3-nothink", "mistral-tekken"])
+def test_openai_sdk_sends_provider_rule_bodies(client: TestClient, profile: str) -> None:
+    """README "Provider rules": a 44-character call id (mapped), arguments that are not an
+    object (wrapped), a final assistant text (trimmed; ``prefix`` for mistral-tekken) and
+    the profile's ``chat_template_kwargs``, which the SDK sends through ``extra_body``."""
+    from openai import OpenAI
+
+    from tests.api.test_provider_rules import LONG_ID, call, output, said, session_with
+
+    sid = session_with(client, profile, call("a1", LONG_ID, '"ls"'), output("r1", LONG_ID, "a.py\n"),
+                       said("a2", "I listed the files. \n"))
+    body = client.get(f"/v1/sessions/{sid}/request?format=openai").json()["request"]
+    http, seen = capture(OPENAI_REPLY)
+    known = {k: v for k, v in body.items() if k != "chat_template_kwargs"}
+    extra = {"chat_template_kwargs": body["chat_template_kwargs"]} if "chat_template_kwargs" in body else None
+    OpenAI(api_key="test", base_url="http://llm.invalid/v1", http_client=http).chat.completions.create(
+        **known, extra_body=extra)
+    assert seen == [body]
+    assert ("chat_template_kwargs" in body) == (profile == "qwen3-nothink")
+    calls = [c for m in body["messages"] for c in m.get("tool_calls") or []]
+    assert len(calls[0]["id"]) <= 40 and json.loads(calls[0]["function"]["arguments"]) == {"arguments": '"ls"'}
+    assert body["messages"][-1]["content"] == "I listed the files."
+
+
+def test_anthropic_sdk_sends_a_trimmed_final_assistant_turn(client: TestClient) -> None:
+    from anthropic import Anthropic
+
+    from tests.api.test_provider_rules import ENDS_ON_ASSISTANT, session_with
+
+    body = client.get(f"/v1/sessions/{session_with(client, 'qwen3', *ENDS_ON_ASSISTANT)}/request?format=anthropic"
+                      ).json()["request"]
+    http, seen = capture({"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                          "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                          "usage": {"input_tokens": 1, "output_tokens": 1}})
+    Anthropic(api_key="test", base_url="http://llm.invalid", http_client=http).messages.create(**body)
+    assert seen == [body]
+    assert body["messages"][-1]["content"][-1]["text"] == "I listed the files."

@@ -1,15 +1,11 @@
 from __future__ import annotations
 
-import os
 import shutil
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -44,34 +40,9 @@ def ctxd() -> list[str]:
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[str]:
-    """`ctxd serve` on a free loopback port with its own data dir. Its output goes to a file:
-    a load test logs one access line per request, more than a pipe holds unread."""
-    port = free_port()
-    env = os.environ | {"CTXD_DATA_DIR": str(tmp_path / "data"), "CTXD_DATABASE_URL": "", "CTXD_REDIS_URL": "",
-                        "HF_HUB_OFFLINE": "1"}
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen([*ctxd(), "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None:
-                    pytest.fail(f"ctxd serve exited early: {log_path.read_text(encoding='utf-8')[-4000:]}")
-                time.sleep(0.3)
-            else:
-                pytest.fail("ctxd serve did not become ready in 90 s")
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-                pytest.fail("ctxd serve did not stop within 30 s of SIGTERM")
+    """`ctxd serve` on a free loopback port with its own data dir (``tmp_path / "data"``),
+    its output in ``tmp_path / "serve.log"`` (app.bench_http.serve)."""
+    from app.bench_http import serve
+
+    with serve(data_dir=tmp_path / "data", log_path=tmp_path / "serve.log", ready_timeout=90) as base:
+        yield base

@@ -1,5 +1,5 @@
 """Alembic migrations on real SQLite and PostgreSQL: up from an older revision with data
-in it, down, and up again, keeping every row (migration 0003: layout states; 0004:
+in it, down, and up again, keeping every row (migration 0005_layout_states: layout states; 0006_manifest_deltas:
 manifests as deltas, small prefix records; a manifest stored before reads back exactly)."""
 
 from __future__ import annotations

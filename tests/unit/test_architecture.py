@@ -24,7 +24,7 @@ def test_import_linter_contract() -> None:
 
 def test_domain_uses_only_the_standard_library() -> None:
     stdlib = set(sys.stdlib_module_names)
-    for path in (ROOT / "app" / "domain").glob("*.py"):
+    for path in (ROOT / "app" / "domain").rglob("*.py"):  # subpackages too (app/domain/compaction)
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []

@@ -47,3 +47,31 @@ def test_check_pinned_names_role_and_excess() -> None:
     assert err.extra["over_roles"] == ["task_state"]
     assert err.extra["by_role"]["task_state"]["over_by"] == 530
     assert "task_state" in err.detail and "60 over" in err.detail
+
+
+def test_split_share_examples() -> None:
+    from app.domain.budget import split_share
+
+    assert split_share([2040] * 10, 14080) == (1408,) * 10
+    assert split_share([100, 5000, 5000], 3000) == (100, 1450, 1450)  # the small one keeps its size
+    assert split_share([3, 3, 3], 7) == (3, 2, 2)  # the remainder goes to the first ones
+    assert split_share([10, 20], 100) == (10, 20)
+    assert split_share([10, 20], -5) == (0, 0)
+    assert split_share([], 10) == ()
+    with pytest.raises(ValueError):
+        split_share([-1], 10)
+
+
+@given(st.lists(st.integers(0, 5000), max_size=20), st.integers(-100, 60_000))
+def test_split_share_is_max_min_fair(sizes: list[int], share: int) -> None:
+    """Eq. in split_share's docstring: 0 <= c_i <= s_i, sum(c) = min(S, sum(s)), and a cut
+    item gets at least every other cap minus one."""
+    from app.domain.budget import split_share
+
+    caps = split_share(sizes, share)
+    assert len(caps) == len(sizes)
+    assert all(0 <= c <= s for c, s in zip(caps, sizes))
+    assert sum(caps) == min(max(share, 0), sum(sizes))
+    for c, s in zip(caps, sizes):
+        if c < s:
+            assert all(c >= other - 1 for other in caps)

@@ -30,8 +30,12 @@ def tok():
     return load_hf_tokenizer(qwen3_tokenizer_dir())
 
 
-def official(tok, messages, tools, add_generation_prompt=True) -> str:
-    return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
+def official(tok, messages, tools, add_generation_prompt=True, **kwargs) -> str:
+    return tok.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
+                                   **kwargs)
+
+
+KWARGS = [{}, {"enable_thinking": False}, {"enable_thinking": True}, {"enable_thinking": None}, {"enable_thinking": 0}]
 
 
 def test_bundled_template_is_pinned(tok) -> None:
@@ -72,12 +76,43 @@ def message(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(first=st.one_of(st.none(), text), rest=st.lists(message(), max_size=8),
-       tools=st.sampled_from([None, [], [BASH], [BASH, EDIT]]), gen=st.booleans())
-def test_equals_official_render(tok, first, rest, tools, gen) -> None:
+       tools=st.sampled_from([None, [], [BASH], [BASH, EDIT]]), gen=st.booleans(), kwargs=st.sampled_from(KWARGS))
+def test_equals_official_render(tok, first, rest, tools, gen, kwargs) -> None:
+    """Including the profile's chat_template_kwargs: only ``enable_thinking`` exactly False
+    (Jinja's ``is false``) changes the render (an empty think block after the generation prompt)."""
     messages = ([{"role": "system", "content": first}] if first is not None else []) + rest
     if not messages:
         return
-    assert render_qwen3(messages, tools, gen) == official(tok, messages, tools, gen)
+    assert render_qwen3(messages, tools, gen, **kwargs) == official(tok, messages, tools, gen, **kwargs)
+
+
+def test_enable_thinking_false_adds_an_empty_think_block(tok) -> None:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+    text = render_qwen3(messages, None, True, enable_thinking=False)
+    assert text == official(tok, messages, None, enable_thinking=False)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert render_qwen3(messages, None, False, enable_thinking=False) == render_qwen3(messages, None, False)
+
+
+def test_unknown_template_kwarg_falls_back_to_jinja(tok) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    assert render_qwen3(messages, None, True, reasoning_effort="low") is None
+    meter = HFChatMeter(tok, render_cache="native", template_kwargs={"reasoning_effort": "low",
+                                                                      "enable_thinking": False})
+    assert meter.render(messages, None) == official(tok, messages, None, enable_thinking=False)
+
+
+@pytest.mark.parametrize("render_cache", ["native", "placeholders", "none"])
+def test_meter_measures_with_template_kwargs(tok, render_cache) -> None:
+    conv = Conversation(system="You are a helpful assistant.", tools=(BASH,), trunk="Fix the bug.",
+                        leaf=(LeafMessage(role="assistant", content="", seq=1,
+                                          tool_calls=(LeafToolCall("c1", "bash", '{"command": "ls"}'),)),
+                              LeafMessage(role="tool", content="a.py\n", call_id="c1", name="bash", seq=2)))
+    meter = HFChatMeter(tok, render_cache=render_cache, template_kwargs={"enable_thinking": False})
+    expected = tok.apply_chat_template(template_messages(conv), tools=[BASH], add_generation_prompt=True,
+                                       tokenize=True, return_dict=False, enable_thinking=False)
+    m = meter.measure(conv)
+    assert list(m.ids) == list(expected) and m.total == HFChatMeter(tok, render_cache=render_cache).measure(conv).total + 4
 
 
 def test_every_branch_by_example(tok) -> None:

@@ -52,6 +52,9 @@ class JsonWire:
                 "leaf": [[m.role, m.content, m.call_id] for m in conversation.leaf]}
         return body, json.dumps(body, sort_keys=True).encode()
 
+    def layout_warnings(self, conversation: Conversation) -> list[str]:
+        return []
+
 
 def plan(events: list, layout: LayoutState = LayoutState(), *, limit: int = 400, **kwargs: Any):
     budget = Budget(window=limit + 20, output_reserve=10, headroom=10, low_watermark=limit // 2)

@@ -296,7 +296,7 @@ def test_lru_is_thread_safe() -> None:
     for th in threads:
         th.join()
     assert not errors
-    assert c.current_bytes == sum(len(k) + len(v) for k, v in c._data.items()) <= 10_000
+    assert c.current_bytes == sum(len(k) + len(v) for k, v in c.items()) <= 10_000
 
 
 # --- other tokenizers: lstrip / rstrip / normalized / single_word -------------------------

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.assembly import NOTE_MAX_GROUPS, assemble_window, build_turn_groups
+from app.domain.assembly import NOTE_MAX_GROUPS, assemble_window, bound_group, build_turn_groups
 from app.domain.budget import Budget
-from app.domain.errors import PinnedOverBudget
+from app.domain.errors import NewestGroupOverBudget, PinnedOverBudget
 from app.domain.types import Constraint, Contract, MessageEvent, Session, StepEvent, ToolCall, ToolResultEvent
 from tests.unit.wordmeter import WordMeter
 
@@ -153,13 +153,27 @@ def test_note_stays_bounded_with_an_index_of_older_groups() -> None:
 
 def test_item_cap_bounds_tool_output_head_tail() -> None:
     events = session_events([[500]])
+    payload = events[1].payload
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
     tool = [m for m in result.conversation.leaf if m.role == "tool"][0]
     assert "t0r0w0 " in tool.content and tool.content.endswith("t0r0w499")
-    assert "400 tokens elided" in tool.content and events[1].handle in tool.content
+    elided = payload[len(words(50, "t0r0w")) : len(payload) - len(" ".join(f"t0r0w{i}" for i in range(450, 500)))]
+    assert elided.startswith(" t0r0w50 ") and elided.endswith("t0r0w449 ")
+    # the marker: size in lines and bytes of what is left out, and the handle with the lines to read
+    marker = (f"[... 1 lines ({len(elided.encode()):,} bytes) elided by ctxd; the whole output is handle "
+              f"{events[1].handle}: GET /v1/handles/{events[1].handle}?lines=1:1 ...]")
+    assert marker in tool.content and "tokens" not in tool.content
     item = [i for i in result.items if i.kind == "tool_result"][0]
-    assert item.representation == "head_tail" and item.elided_tokens == 400
+    assert item.representation == "head_tail" and item.elided_bytes == len(elided.encode())
+    assert item.elided_lines == (1, 1) and item.bytes == len(payload) and item.lines == 1
+    assert item.tokens_known is False and item.tokens is None and not item.elided_tokens
+    # with the payload's count known (stored after its POST): reported in the manifest, same body
+    known = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100,
+                            payload_tokens={events[1].handle: 500})
+    assert known.conversation == result.conversation
+    item = [i for i in known.items if i.kind == "tool_result"][0]
+    assert item.tokens_known is True and item.tokens == 500 and item.elided_tokens == 400
 
 
 def test_pinned_over_budget_raises_with_role() -> None:
@@ -180,7 +194,7 @@ def test_window_policy_invariants(turns: list[list[int]], window: int, cap: int)
     budget = Budget(window=window, output_reserve=60, headroom=10)
     try:
         result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=cap)
-    except PinnedOverBudget:
+    except (PinnedOverBudget, NewestGroupOverBudget):
         return  # the newest group can still not fit a tiny window: an honest refusal
     check_invariants(result, events, budget)
 
@@ -214,3 +228,225 @@ def test_leaf_cache_distinguishes_the_item_cap_and_the_meter() -> None:
     assert small.measurement.total < large.measurement.total
     assert any(i.representation == "head_tail" for i in small.items)
     assert not any(i.representation == "head_tail" for i in large.items)
+
+
+# --- issue 8 item 4: the newest turn group is never evicted silently ---------------------
+
+def with_text(events: list, event_id: str, text: str) -> list:
+    """``events`` with the message ``event_id``'s content replaced by ``text``."""
+    out = []
+    for e in events:
+        if isinstance(e, MessageEvent) and e.event_id == event_id:
+            e = MessageEvent(seq=e.seq, event_id=e.event_id, role=e.role, content=text, handle=e.handle, tool_calls=e.tool_calls)
+        out.append(e)
+    return out
+
+
+def newest_sending(events):
+    """The newest turn group that sends something (later ones are dropped or pending)."""
+    groups, _, _ = build_turn_groups(events)
+    return next((g for g in reversed(groups) if g.results or g.message.content.strip()), groups[-1])
+
+
+def newest_present(result, events) -> None:
+    """Every message and result of the newest turn group is in the leaf, in full or bounded."""
+    newest = newest_sending(events)
+    leaf = result.conversation.leaf
+    assert {m.call_id for m in leaf if m.role == "tool"} >= {r.call_id for r in newest.results}
+    if newest.message.content.strip() or newest.results:
+        assert any(m.seq == newest.message.seq for m in leaf)
+    kept = {i.event_id for i in result.items}
+    assert {newest.message.event_id, *(r.event_id for r in newest.results)} <= kept
+
+
+def test_newest_group_larger_than_the_eviction_target_is_kept_whole() -> None:
+    """Before: every group evicted (empty leaf, no error). After: the newest group stays whole."""
+    events = session_events([[40], [40], [40], [60] * 5])
+    budget = Budget(window=600, output_reserve=50, headroom=0, low_watermark=200)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
+    check_invariants(result, events, budget)
+    newest_present(result, events)
+    assert 200 < result.measurement.total <= 550
+    assert {e.event_id for e in result.elided if e.kind == "message"} == {"a0", "a1", "a2"}
+    tools = [m for m in result.conversation.leaf if m.role == "tool"]
+    assert len(tools) == 5 and all(i.representation == "verbatim" for i in result.items if i.kind == "tool_result")
+    assert result.cut_seq == 7  # the newest group's first seq
+
+
+def eight_results_of_100_words(window: int):
+    """An older turn, then a turn of eight 100-word results (each under the cap of 200)."""
+    events = session_events([[40], [100] * 8])
+    budget = Budget(window=window, output_reserve=50, headroom=0,
+                    shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5})
+    counts = {e.handle: len(e.payload.split()) for e in events if isinstance(e, ToolResultEvent)}
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=200,
+                             payload_tokens=counts)  # known counts: the manifest gives elided tokens
+    check_invariants(result, events, budget)
+    newest_present(result, events)
+    return result, events, budget
+
+
+def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
+    """input_limit 950: alone the eight results do not fit, so they share the observations
+    share (475 of 950) as head + tail, 59 or 60 words each; the request is 791 tokens."""
+    result, events, _ = eight_results_of_100_words(1000)
+    results = [i for i in result.items if i.kind == "tool_result"]
+    kept_words = [i.tokens - i.elided_tokens for i in results]
+    assert sorted(kept_words) == [59] * 5 + [60] * 3 and sum(kept_words) == 475
+    assert all(i.representation == "head_tail" and "share 475 tokens" in i.why for i in results)
+    # 13 root + 79 trunk (contract + note) + assistant 4+2+8*4 + 8 results * (4 + 2 + kept + 17 marker) + 2
+    assert result.measurement.total == 13 + 79 + 38 + 8 * 23 + 475 + 2 == 791
+    by_call = {e.call_id: e for e in events if isinstance(e, ToolResultEvent)}
+    for message in (m for m in result.conversation.leaf if m.role == "tool"):
+        assert by_call[message.call_id].handle in message.content and "elided by ctxd" in message.content
+    assert any("newest turn group does not fit" in w for w in result.warnings)
+
+
+def test_newest_group_bounded_to_the_room_left_when_below_the_share() -> None:
+    """The same group with input_limit 550: the room left by the pinned content (234 words
+    for the results) is below the observations share (275); the request uses it exactly."""
+    result, _, budget = eight_results_of_100_words(600)
+    kept_words = [i.tokens - i.elided_tokens for i in result.items if i.kind == "tool_result"]
+    assert sum(kept_words) == 234 and max(kept_words) - min(kept_words) <= 1
+    assert result.measurement.total == budget.input_limit == 550
+
+
+def test_single_oversized_result_goes_behind_its_handle_before_crossing_input_limit() -> None:
+    """A per-item cap above input_limit (a custom profile) does not let one result cross it."""
+    events = session_events([[2000]])
+    budget = Budget(window=600, output_reserve=50, headroom=0)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=5000)
+    check_invariants(result, events, budget)
+    newest_present(result, events)
+    (item,) = [i for i in result.items if i.kind == "tool_result"]
+    assert item.representation == "head_tail" and item.tokens == 2000
+    tool = next(m for m in result.conversation.leaf if m.role == "tool")
+    assert events[1].handle in tool.content and tool.content.startswith("exit_code: 0\nt0r0w0 ")
+    assert tool.content.endswith("t0r0w1999")
+
+
+def test_newest_group_that_cannot_fit_is_a_422_naming_it() -> None:
+    """A 1000-word assistant text: system 6 + tools 7 + trunk 25 + assistant 4 + 1000 + call 4
+    + result (4 + 'exit_code: 0' + 3 words, shorter than its marker, so verbatim) 9 +
+    generation 2 = 1057 tokens, 507 over input_limit 550."""
+    events = with_text(session_events([[3]]), "a0", words(1000, "x"))
+    budget = Budget(window=600, output_reserve=50, headroom=0)
+    with pytest.raises(NewestGroupOverBudget) as info:
+        assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
+    extra = info.value.extra
+    assert (extra["seq"], extra["seqs"], extra["event_ids"]) == (1, [1, 2], ["a0", "r0-0"])
+    assert (extra["total"], extra["over_by"], extra["input_limit"]) == (1057, 507, 550)
+    assert "seq 1" in info.value.detail and "a0, r0-0" in info.value.detail and "507 over" in info.value.detail
+
+
+@pytest.mark.parametrize("later", [
+    MessageEvent(seq=99, event_id="later", role="assistant", content="", handle="c" * 64),
+    MessageEvent(seq=99, event_id="later", role="user", content="  ", handle="c" * 64),
+    MessageEvent(seq=99, event_id="later", role="assistant", content="", handle="c" * 64,
+                 tool_calls=(ToolCall("waiting", "bash", "{}"),)),
+])
+def test_a_later_message_that_sends_nothing_does_not_expose_the_newest_group(later: MessageEvent) -> None:
+    """An empty or pending message after the big group is not "the newest group": the group
+    it follows is still kept (bounded), not evicted into an empty leaf."""
+    events = session_events([[40], [100] * 8]) + [later]
+    budget = Budget(window=1000, output_reserve=50, headroom=0,
+                    shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5})
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=200)
+    check_invariants(result, events, budget)
+    newest_present(result, events)
+    assert len([m for m in result.conversation.leaf if m.role == "tool"]) == 8
+    assert next(i for i in result.items if i.event_id == "later").representation in ("dropped", "pending")
+
+
+def test_after_the_422_a_newer_group_evicts_the_oversized_one() -> None:
+    events = with_text(session_events([[3]]), "a0", words(1000, "x"))
+    events.append(MessageEvent(seq=3, event_id="u1", role="user", content="Continue.", handle="f" * 64))
+    budget = Budget(window=600, output_reserve=50, headroom=0)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
+    check_invariants(result, events, budget)
+    assert [m.content for m in result.conversation.leaf] == ["Continue."]
+    assert {e.event_id for e in result.elided} == {"a0", "r0-0"}
+
+
+def test_pinned_content_over_budget_is_still_named_as_pinned() -> None:
+    big = Session(id="s", profile="unit", system=words(700, "s"), tools=(), contract=Contract(goal="g", constraints=()))
+    events = session_events([[5] * 3])
+    with pytest.raises(PinnedOverBudget):
+        assemble_window(big, events, budget=Budget(window=600, output_reserve=50, headroom=0), meter=WordMeter(),
+                        item_cap_tokens=100)
+
+
+def test_bound_group_keeps_results_verbatim_when_cutting_would_not_save() -> None:
+    events = session_events([[3, 90]])
+    groups, _, _ = build_turn_groups(events)
+    counts = {r.handle: len(r.payload.split()) for r in groups[0].results}
+    out = bound_group(WordMeter(), groups[0], 20, 200, payload_tokens=counts)
+    small, large = (out[r.handle] for r in groups[0].results)  # calls t0c0 (3 words), t0c1 (90 words)
+    assert small.representation == "verbatim" and small.text == "t0r0w0 t0r0w1 t0r0w2"
+    assert large.representation == "head_tail" and large.elided_tokens == 90 - (20 - 3)
+    # a share below the marker's size: the 3-word result stays whole (its marker is 17 words)
+    tiny = bound_group(WordMeter(), groups[0], 0, 200, payload_tokens=counts)
+    assert tiny[groups[0].results[0].handle].representation == "verbatim"
+    assert tiny[groups[0].results[1].handle].elided_tokens == 90
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 120), min_size=1, max_size=3), max_size=6),
+       st.lists(st.integers(0, 400), min_size=0, max_size=12), st.integers(0, 900),
+       st.integers(300, 1200), st.integers(20, 2000), st.booleans(), st.sampled_from(["", " ", None]))
+def test_newest_group_fits_or_a_422_names_it(older: list[list[int]], newest: list[int], text_words: int,
+                                             window: int, cap: int, shares: bool, trailing: str | None) -> None:
+    """For any group sizes: either the request fits input_limit with the newest group
+    present, or NewestGroupOverBudget names that group (or the pinned content alone is over)."""
+    events = session_events(older + [newest])
+    last = max((e for e in events if isinstance(e, MessageEvent)), key=lambda e: e.seq)
+    events = with_text(events, last.event_id, words(text_words, "m"))
+    if trailing is not None:  # a later message that sends nothing
+        events.append(MessageEvent(seq=1000, event_id="trailing", role="assistant", content=trailing, handle="c" * 64))
+    budget = Budget(window=window, output_reserve=60, headroom=10,
+                    shares={"system": 0.15, "tools": 0.10, "task_state": 0.25, "observations": 0.5} if shares else {})
+    try:
+        result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=cap)
+    except NewestGroupOverBudget as exc:
+        newest = newest_sending(events)
+        assert exc.extra["seq"] == newest.first_seq
+        assert exc.extra["event_ids"] == [newest.message.event_id, *(r.event_id for r in newest.results)]
+        assert exc.extra["over_by"] == exc.extra["total"] - budget.input_limit > 0
+        return
+    except PinnedOverBudget as exc:
+        assert exc.extra["total"] > budget.input_limit
+        return
+    check_invariants(result, events, budget)
+    newest_present(result, events)
+
+
+# --- issue 8 item 6: the manifest says exactly what was sent -----------------------------
+
+@pytest.mark.parametrize(("role", "content", "why"), [
+    ("assistant", "", "empty message"),
+    ("assistant", " \n\t", "whitespace-only text"),
+    ("user", "", "empty message"),
+    ("user", "   ", "whitespace-only text"),
+])
+def test_message_no_format_sends_is_listed_as_dropped(role: str, content: str, why: str) -> None:
+    events = session_events([[3]]) + [MessageEvent(seq=3, event_id="m", role=role, content=content, handle="e" * 64)]
+    budget = Budget(window=10_000, output_reserve=100, headroom=0)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
+    check_invariants(result, events, budget)
+    item = next(i for i in result.items if i.event_id == "m")
+    assert (item.representation, item.zone) == ("dropped", None) and item.why.startswith(why)
+    assert not any(m.seq == 3 for m in result.conversation.leaf)
+    assert [m.role for m in result.conversation.leaf] == ["assistant", "tool"]
+
+
+def test_sent_messages_are_verbatim_and_pending_stays_pending() -> None:
+    events = session_events([[3]]) + [
+        MessageEvent(seq=3, event_id="u", role="user", content=" go on ", handle="e" * 64),
+        MessageEvent(seq=4, event_id="p", role="assistant", content=" ", handle="d" * 64,
+                     tool_calls=(ToolCall("late", "bash", "{}"),)),
+    ]
+    budget = Budget(window=10_000, output_reserve=100, headroom=0)
+    result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
+    by_id = {i.event_id: i for i in result.items}
+    assert by_id["u"].representation == "verbatim" and by_id["p"].representation == "pending"
+    assert [m.content for m in result.conversation.leaf if m.role == "user"] == [" go on "]

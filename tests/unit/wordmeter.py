@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from app.domain.cuts import windowed_head_tail
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
 
@@ -12,6 +13,8 @@ FRAME = 4  # tokens of framing per message
 
 
 class WordMeter:
+    control_strings: tuple[str, ...] = ()
+
     def count_text(self, text: str) -> int:
         return len(text.split())
 
@@ -20,6 +23,9 @@ class WordMeter:
         if len(words) <= head_tokens + tail_tokens:
             return text, "", 0
         return " ".join(words[:head_tokens]), " ".join(words[len(words) - tail_tokens:]), len(words) - head_tokens - tail_tokens
+
+    def cut_ends(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str] | None:
+        return windowed_head_tail(text, head_tokens, tail_tokens, self.head_tail)
 
     def measure(self, conversation: Conversation) -> Measurement:
         tools = sum(len(json.dumps(t).split()) for t in conversation.tools)

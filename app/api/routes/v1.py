@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
-
 import orjson
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.deps import Db, Memo, Meters, Profiles, Uow
 from app.api.schemas import (
@@ -15,31 +15,39 @@ from app.api.schemas import (
     EventBatchOut,
     ManifestList,
     ManifestOut,
+    PreconditionIn,
+    PreconditionOut,
     SessionCreate,
     SessionCreated,
     SessionOut,
 )
+from app.api.routing import CheckedRoute
+from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
+from app.services.memo import AssemblyMemo
 from app.store.db import read_only
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=CheckedRoute)
+log = logging.getLogger("ctxd")
 
 PROBLEM = {"content": {"application/problem+json": {}}}
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **PROBLEM},
                                            409: {"description": "Conflict", **PROBLEM},
+                                           413: {"description": "Payload or request body too large", **PROBLEM},
                                            416: {"description": "Range not satisfiable", **PROBLEM},
                                            422: {"description": "Invalid input", **PROBLEM}}
 
 
 @router.post("/sessions", status_code=201, response_model=SessionCreated, responses=ERRORS)
-def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles) -> SessionCreated:
-    """Create a session (profile, task contract, system instructions, tool declarations)."""
+def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters) -> SessionCreated:
+    """Create a session (profile, task contract, system instructions, tool declarations).
+    Contract, system or tool text that spells a control token of the profile is 422."""
     profile = body.profile or request.app.state.settings.default_profile
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
-            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata)
+            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters)
     return SessionCreated(id=session_id)
 
 
@@ -50,11 +58,38 @@ def get_session(session_id: str, db: Db) -> SessionOut:
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
-def post_events(session_id: str, batch: EventBatch, uow: Uow) -> EventBatchOut:
-    """Append events in one transaction (all or nothing; idempotent on event_id)."""
+def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
+                memo: Memo, background: BackgroundTasks) -> EventBatchOut:
+    """Append events in one transaction (all or nothing; idempotent on event_id). The new
+    tool outputs' token counts are computed after the response (manifests report them)."""
     events = [e.model_dump(mode="json") for e in batch.events]
     with uow() as db:
-        return EventBatchOut(**session_service.ingest_events(db, session_id, events))
+        out = session_service.ingest_events(db, session_id, events,
+                                            max_payload_bytes=request.app.state.settings.max_payload_bytes)
+    handles = sorted(set(out.pop("new_tool_outputs")))
+    if handles:
+        background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
+    return EventBatchOut(**out)
+
+
+def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, memo: AssemblyMemo, session_id: str,
+                  handles: list[str]) -> None:
+    try:
+        tokenizer_id, counts = session_service.count_payload_tokens(uow, profiles, meters, session_id, handles)
+        request_service.remember_payload_tokens(memo, session_id, tokenizer_id, counts)
+    except Exception:  # an optimisation: never fails anything; GETs report the count as unknown
+        log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
+
+
+@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=ERRORS)
+def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> PreconditionOut:
+    """Action-time precondition (compare-and-swap, seed 000 section 4.7.2): 200 when the
+    artifact is still at the presented revision / content hash, else 409 problem+json
+    with the current ``revision`` (and ``content_hash`` when known)."""
+    with uow() as db:
+        state = precondition_service.check(db, session_id, body.artifact, revision=body.revision,
+                                           content_hash=body.content_hash)
+    return PreconditionOut(**state.as_dict())
 
 
 # The GET answers below declare their response models (so the OpenAPI document gives the

@@ -1,7 +1,7 @@
 """layout states: the versioned layout decision replaces sessions.cut_seq
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0005_layout_states
+Revises: 0003_ingest
 
 Upgrade: one ``layout_states`` row per session (version 0, ``cut_seq`` copied from
 ``sessions.cut_seq``), then ``sessions.cut_seq`` is dropped. Downgrade restores the
@@ -10,8 +10,8 @@ column from the layout states. Runs on SQLite (batch mode) and PostgreSQL.
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0003"
-down_revision = "0002"
+revision = "0005_layout_states"
+down_revision = "0003_ingest"
 branch_labels = None
 depends_on = None
 

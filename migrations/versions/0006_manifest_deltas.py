@@ -1,7 +1,7 @@
 """bounded storage: manifests as deltas with keyframes; prefix states as small records
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006_manifest_deltas
+Revises: 0005_layout_states
 
 Manifests gain ``base_id`` (NULL for a keyframe, i.e. every manifest stored before),
 ``keyframe_id``, ``depth``, ``planner_version`` and ``data`` (the keyframe or delta as
@@ -16,8 +16,8 @@ manifests stored before; prefix states are emptied again.
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0004"
-down_revision = "0003"
+revision = "0006_manifest_deltas"
+down_revision = "0005_layout_states"
 branch_labels = None
 depends_on = None
 
