@@ -302,22 +302,26 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
 
 
 _EVENTS = (
-    select(EventRow, PayloadRow.data)
-    .outerjoin(PayloadRow, (EventRow.kind == "tool_result") & (PayloadRow.sha256 == EventRow.body["handle"].as_string()))
+    select(EventRow)
     .where(EventRow.session_id == bindparam("sid"), EventRow.seq > bindparam("after"), EventRow.seq <= bindparam("upto"))
     .order_by(EventRow.seq)
 )
+_PAYLOADS = select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(bindparam("handles", expanding=True)))
 
 
 def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
     """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq
-    order, tool results with their payloads: one statement (events joined to payloads)."""
-    events = []
+    order, tool results with their payloads: one statement for the events, one more for
+    the payloads when there are tool results. (The payload handle is not taken out of the
+    JSON body in SQL: PostgreSQL's ``json`` operators refuse a document holding a NUL
+    escape anywhere, which message text and payloads may hold.)"""
     params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
-    for row, data in db.execute(_EVENTS, params):
-        payloads = {row.body["handle"]: bytes(data).decode("utf-8")} if data is not None else {}
-        events.append(event_from_row(row, payloads))
-    return events
+    rows = db.execute(_EVENTS, params).scalars().all()
+    handles = sorted({row.body["handle"] for row in rows if row.kind == "tool_result"})
+    payloads: dict[str, str] = {}
+    if handles:
+        payloads = {sha: bytes(data).decode("utf-8") for sha, data in db.execute(_PAYLOADS, {"handles": handles})}
+    return [event_from_row(row, payloads) for row in rows]
 
 
 def event_count(db: OrmSession, session_id: str) -> int:
