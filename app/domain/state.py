@@ -42,12 +42,14 @@ class LayoutState:
 
 @dataclass(frozen=True)
 class SessionState:
-    """A session as a GET sees it: its definition, the seq of its last event, and its
-    layout state (read together, in one snapshot)."""
+    """A session as a GET sees it: its definition, the seq of its last event, its layout
+    state (read together, in one snapshot) and the ``model`` its request bodies name
+    (its own, set at create; None: the profile's)."""
 
     session: Session
     last_seq: int
     layout: LayoutState
+    model: str | None = None
 
 
 @dataclass(frozen=True)

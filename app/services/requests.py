@@ -80,6 +80,7 @@ class Wire:
     name: str
     profile: Profile
     session_id: str
+    model: str | None = None  # the session's own model for its bodies; None: the profile's
 
     @property
     def zones(self) -> Mapping[str, str]:
@@ -90,25 +91,27 @@ class Wire:
         return self.name == "anthropic"
 
     def serialize(self, conversation: Conversation, measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
-        """openai: the profile's ``chat_template_kwargs`` ride along (only when it declares
+        """The body names ``model`` (the session's own) or else the profile's model.
+        openai: the profile's ``chat_template_kwargs`` ride along (only when it declares
         some), and a meter that counted other messages than the plain serialization
         (mistral-tekken: ``Measurement.extra["openai_messages"]``) has those served, so the
         body is what was counted."""
         profile = self.profile
+        model = self.model or profile.model
         body: dict[str, Any]
         if self.name == "openai":
-            body = openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+            body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
                                          prompt_cache_key=prompt_cache_key(self.session_id),
                                          chat_template_kwargs=profile.chat_template_kwargs)
             counted = measurement.extra.get("openai_messages")
             if isinstance(counted, list):
                 body["messages"] = counted
         elif self.name == "anthropic":
-            body = anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
+            body = anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
         else:
             text = measurement.extra.get("text")
             body = tokens_wire.serialize(measurement.ids or (), text if isinstance(text, str) else None,
-                                         model=profile.model, max_tokens=profile.output_reserve)
+                                         model=model, max_tokens=profile.output_reserve)
         return body, request_bytes(body)
 
     def layout_warnings(self, conversation: Conversation) -> Sequence[str]:
@@ -285,7 +288,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
             loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
         plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile),
-                            wire=Wire(fmt, profile, session_id), cache_model=cache_model_for(profile, fmt),
+                            wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens)

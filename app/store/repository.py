@@ -72,7 +72,8 @@ def session_from_row(row: SessionRow) -> Session:
 # and its cache key on every call); values are bound per call.
 _SESSION_STATE = (
     select(SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
-           SessionRow.meta, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq, PrefixStateRow.state)
+           SessionRow.meta, SessionRow.model, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq,
+           PrefixStateRow.state)
     .outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
     .outerjoin(PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == bindparam("fmt")))
     .where(SessionRow.id == bindparam("sid"))
@@ -86,16 +87,16 @@ def load_session_state(db: OrmSession, session_id: str,
     row = db.execute(_SESSION_STATE, {"sid": session_id, "fmt": fmt}).first()
     if row is None:
         return None
-    sid, profile, contract, system, tools, meta, last_seq, version, cut_seq, previous = row
+    sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, previous = row
     state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
-                         layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)))
+                         layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)), model=model)
     return state, previous_request(previous)
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
-                tools: list[dict[str, Any]], metadata: dict[str, Any]) -> SessionRow:
+                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None) -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, last_seq=0)
+                     meta=metadata, model=model, last_seq=0)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
     db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0))

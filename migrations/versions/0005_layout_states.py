@@ -1,7 +1,7 @@
 """layout states: the versioned layout decision replaces sessions.cut_seq
 
 Revision ID: 0005_layout_states
-Revises: 0003_ingest
+Revises: 0004_session_model
 
 Upgrade: one ``layout_states`` row per session (version 0, ``cut_seq`` copied from
 ``sessions.cut_seq``), then ``sessions.cut_seq`` is dropped. Downgrade restores the
@@ -11,7 +11,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision = "0005_layout_states"
-down_revision = "0003_ingest"
+down_revision = "0004_session_model"
 branch_labels = None
 depends_on = None
 
