@@ -36,6 +36,12 @@ __all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "Re
            "get_policy"]
 
 
+def _new_memo() -> Any:
+    from app.services.memo import AssemblyMemo
+
+    return AssemblyMemo()
+
+
 @dataclass
 class EvalContext:
     """What every policy run shares inside one process: the profile registry, one
@@ -46,6 +52,7 @@ class EvalContext:
     meters: Any  # app.tokenizers.loading.MeterRegistry
     session_factory: Any  # sqlalchemy.orm.sessionmaker
     profile: str
+    memo: Any = field(default_factory=_new_memo)  # AssemblyMemo: one per process, as on a server
 
     def unit_of_work(self) -> Any:
         """One transaction, committed on success (the API's unit of work)."""
@@ -233,21 +240,20 @@ class _ServiceRun:
         from app.services.requests import assemble_request
 
         try:
-            with self.ctx.unit_of_work() as db:
-                out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai",
-                                       policy=self.policy, watermarks=self.watermarks)
+            out = assemble_request(self.ctx.session_factory, self.ctx.profiles, self.ctx.meters, self.session_id,
+                                   fmt="openai", memo=self.ctx.memo, policy=self.policy, watermarks=self.watermarks)
         except PinnedOverBudget as exc:
             return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
                                input_limit=self.input_limit, error=str(exc))
         manifest = out.manifest
-        tokens = manifest["tokens"]
+        tokens = manifest.tokens
         record = out.assembly.record
-        return RequestView(compaction_pass=bool(manifest["compaction"]["pass"]),
-                           trunk_text=render_record(record, with_contract=False) if record is not None else "",
-                           messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
-                           total=int(tokens["total"]), by_zone=dict(tokens["by_zone"]), by_role=dict(tokens["by_role"]),
-                           cached=int(manifest["cache"]["predicted_cached_tokens"]),
-                           input_limit=int(manifest["budget"]["input_limit"]), handle_texts=self.handle_texts)
+        return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
+                           total=tokens.total, by_zone=dict(tokens.by_zone), by_role=dict(tokens.by_role),
+                           cached=manifest.cache.predicted_cached_tokens,
+                           input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts,
+                           compaction_pass=out.assembly.evicted_now > 0,
+                           trunk_text=render_record(record, with_contract=False) if record is not None else "")
 
 
 @dataclass(frozen=True)

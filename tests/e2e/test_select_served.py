@@ -39,7 +39,13 @@ def test_select_lineage_and_handles_served(sqlite_client: TestClient, qwen3_ids)
         assert manifest["tokens"]["total"] == len(qwen3_ids(body)) <= manifest["budget"]["input_limit"]
         trunk = body["messages"][1]["content"]
         entries = [*manifest["items"], *manifest["elided"]]
-        assert {e["event_id"] for e in entries} == set(posted), "every event is in the manifest"
+        ranged = {s for r in manifest.get("ranges", ()) for s in range(r["seq_from"], r["seq_to"] + 1)}
+        seq_of = {eid: n for n, eid in enumerate(posted, start=1)}  # the server numbers events as posted
+        listed = {e["event_id"] for e in entries}
+        assert listed | {eid for eid, n in seq_of.items() if n in ranged} == set(posted), "every event is accounted"
+        for r in manifest.get("ranges", ()):
+            assert set(r["representations"]) == {"folded"} and r["index"] in manifest["layout"]["elision_index"]
+            assert r["seq_to"] < manifest["layout"]["cut_seq"]
         for e in entries:
             assert e["representation"] in ("verbatim", "head_tail", "folded", "not_rendered"), e
             if e["representation"] == "folded":

@@ -25,6 +25,7 @@ from app.domain.compaction.fold import Fold, fold_bounds, pinned_group, protecte
 from app.domain.compaction.record import build_record, render_record
 from app.domain.compaction.watermarks import Watermarks, cycle_turns
 from app.domain.layout import render_contract
+from app.domain.manifest import Representation
 from app.domain.types import Event, MessageEvent, Session, ToolCall, ToolResultEvent
 from app.eval.metrics import pair_errors
 from tests.domain_events import trace_session
@@ -352,10 +353,11 @@ def test_parallel_calls_stay_paired_across_passes() -> None:
         passes += a.cut_seq > cut
         cut = a.cut_seq
         assert pair_errors(leaf_dicts(a)) == 0 and a.measurement.total <= BUDGET.input_limit
-        folded = {e["seq"] for e in a.elided}
+        folded = {e.seq for e in a.elided} | {s for r in a.ranges for s in range(r.seq_from, r.seq_to + 1)}
         for group in build_turn_groups(events)[0]:
             assert set(group.seqs) <= folded or not set(group.seqs) & folded, "a group is folded whole"
-        assert all(e["representation"] == "folded" for e in a.elided)
+        assert all(e.representation.value == "folded" for e in a.elided)
+        assert all(set(r.representations) == {Representation.FOLDED} for r in a.ranges)
     assert 3 <= passes <= 10
 
 
@@ -380,20 +382,27 @@ def test_lineage_invariant_on_every_shared_trace(path: Path) -> None:
         leaf_seqs = {m.seq for m in a.conversation.leaf}
         leaf_text = "\n".join(m.content for m in a.conversation.leaf)
         trunk = a.conversation.trunk
-        entries = {e["seq"]: e for e in (*a.items, *a.elided)}
-        assert set(entries) == {e.seq for e in call.events}, "every event is in the manifest"
+        entries = {e.seq: e for e in (*a.items, *a.elided)}
+        in_ranges = {s for r in a.ranges for s in range(r.seq_from, r.seq_to + 1)}
+        assert sum(r.events for r in a.ranges) == len(in_ranges - set(entries))
+        assert all(set(r.representations) == {Representation.FOLDED} and "folded" in r.why and
+                   r.index in a.derived_payloads for r in a.ranges), "older folded groups: one range, its index named"
+        assert set(entries) | in_ranges == {e.seq for e in call.events}, "every event is in the manifest"
         for handle, data in a.derived_payloads.items():
             assert hashlib.sha256(data).hexdigest() == handle and handle[:12] in trunk
         index_text = " ".join(d.decode() for d in a.derived_payloads.values())
         folded = set(record.folded_seqs)
         for event in call.events:
+            if event.seq not in entries:  # in a range: folded by an earlier pass
+                assert event.seq < a.cut_seq and event.seq in folded
+                continue
             entry = entries[event.seq]
-            rep = entry["representation"]
+            rep = entry.representation.value
             if isinstance(event, ToolResultEvent):
                 assert hashlib.sha256(event.payload.encode()).hexdigest() == event.handle
             if event.seq < a.cut_seq and event.seq not in leaf_seqs:  # (a pinned user message stays in the leaf)
-                assert rep == "folded" and event.seq in folded and entry["zone"] == "trunk"
-                assert "pass" in entry["why"]
+                assert rep == "folded" and event.seq in folded and entry.zone == "trunk"
+                assert "pass" in entry.why
                 if isinstance(event, ToolResultEvent):
                     assert event.handle[:12] in trunk or event.handle in index_text
                 continue
