@@ -284,34 +284,41 @@ def _turn(seq: int, role: str, calls: int = 1, tag: str = "") -> list[Event]:
     return out
 
 
-def test_newest_user_message_is_never_folded() -> None:
-    """A user message followed by many assistant turns: passes fold the turns around it,
-    and it stays verbatim, first in the leaf (not in the record), until a newer user
-    message comes; then that one is pinned and the older one is folded."""
+def grow(turns: Sequence[tuple[str, int]], marks: Watermarks) -> Iterator[tuple[list[Event], Assembly, bool]]:
+    """Post ``turns`` ((role, calls) each: a message and its results, out of call order)
+    one by one and assemble after each: ``(events so far, assembly, whether it passed)``."""
     session = Session(id="s", profile="unit", contract=_contract(SOME[0]), system="be careful",
                       tools=({"type": "function", "function": {"name": "bash", "parameters": {}}},))
-    marks = Watermarks(t_hi=5000, t_lo=3000, keep_groups=2, record_tokens=300)
     events: list[Event] = []
-    seq, cut, passes, user_seq = 1, 0, 0, 0
-    for t in range(40):
-        role = "user" if t in (3, 30) else "assistant"
-        if role == "user":
-            user_seq = seq
-        turn = _turn(seq, role, calls=2)
+    seq, cut = 1, 0
+    for role, calls in turns:
+        turn = _turn(seq, role, calls=calls)
         events += turn
         seq += len(turn)
         a = assemble_window(session, events, budget=BUDGET, meter=WordMeter(), item_cap_tokens=800,
                             previous_cut_seq=cut, fold=Fold(marks))
-        passes += a.cut_seq > cut
+        yield list(events), a, a.cut_seq > cut
         cut = a.cut_seq
-        if user_seq:
+
+
+def test_newest_user_message_is_never_folded() -> None:
+    """A user message followed by many assistant turns: passes fold the turns around it,
+    and it stays verbatim, first in the leaf (not in the record), until a newer user
+    message comes; then that one is pinned and the older one is folded."""
+    marks = Watermarks(t_hi=5000, t_lo=3000, keep_groups=2, record_tokens=300)
+    turns = [("user" if t in (3, 30) else "assistant", 2) for t in range(40)]
+    passes = 0
+    for t, (events, a, passed) in enumerate(grow(turns, marks)):
+        passes += passed
+        users = [e.seq for e in events if isinstance(e, MessageEvent) and e.role == "user"]
+        if users:
             user = [m for m in a.conversation.leaf if m.role == "user"]
-            assert [m.seq for m in user] == [user_seq], "the newest user message is in the leaf"
-            assert user_seq not in a.record.folded_seqs
-            if a.cut_seq > user_seq:
-                assert a.conversation.leaf[0].seq == user_seq
+            assert [m.seq for m in user] == users[-1:], "the newest user message is in the leaf"
+            assert users[-1] not in a.record.folded_seqs
+            if a.cut_seq > users[-1]:
+                assert a.conversation.leaf[0].seq == users[-1]
         if t > 30:
-            assert 4 in a.record.folded_seqs, "the older user message is folded once a newer one exists"
+            assert users[0] in a.record.folded_seqs, "the older user message is folded once a newer one exists"
         assert pair_errors(leaf_dicts(a)) == 0 and a.measurement.total <= BUDGET.input_limit
     assert passes >= 3
 
@@ -339,19 +346,10 @@ def test_fold_bounds_keep_newest_k_and_pending_calls() -> None:
 
 
 def test_parallel_calls_stay_paired_across_passes() -> None:
-    session = Session(id="s", profile="unit", contract=_contract(SOME[0]), system="be careful",
-                      tools=({"type": "function", "function": {"name": "bash", "parameters": {}}},))
     marks = Watermarks(t_hi=7000, t_lo=3000, keep_groups=2, record_tokens=300)
-    events: list[Event] = []
-    seq, cut, passes = 1, 0, 0
-    for t in range(40):
-        turn = _turn(seq, "assistant", calls=1 + t % 4)
-        events += turn
-        seq += len(turn)
-        a = assemble_window(session, events, budget=BUDGET, meter=WordMeter(), item_cap_tokens=800,
-                            previous_cut_seq=cut, fold=Fold(marks))
-        passes += a.cut_seq > cut
-        cut = a.cut_seq
+    passes = 0
+    for events, a, passed in grow([("assistant", 1 + t % 4) for t in range(40)], marks):
+        passes += passed
         assert pair_errors(leaf_dicts(a)) == 0 and a.measurement.total <= BUDGET.input_limit
         folded = {e.seq for e in a.elided} | {s for r in a.ranges for s in range(r.seq_from, r.seq_to + 1)}
         for group in build_turn_groups(events)[0]:
