@@ -304,7 +304,8 @@ def grow(turns: Sequence[tuple[str, int]], marks: Watermarks) -> Iterator[tuple[
 def test_newest_user_message_is_never_folded() -> None:
     """A user message followed by many assistant turns: passes fold the turns around it,
     and it stays verbatim, first in the leaf (not in the record), until a newer user
-    message comes; then that one is pinned and the older one is folded."""
+    message comes; then that one is pinned and the older one is folded. (Peer fault of the
+    kind: xorbitsai/xagent#2072, a compaction that dropped the user's requirements.)"""
     marks = Watermarks(t_hi=5000, t_lo=3000, keep_groups=2, record_tokens=300)
     turns = [("user" if t in (3, 30) else "assistant", 2) for t in range(40)]
     passes = 0
