@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def _no_nul(value: str) -> str:
@@ -84,6 +84,16 @@ class SessionCreate(Strict):
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("metadata")
+    @classmethod
+    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """``metadata.invalidation``: how superseded observations are shown (README
+        "Invalidation"): ``auto`` (default), ``tombstone`` or ``notice``."""
+        mode = value.get("invalidation", "auto")
+        if mode not in ("auto", "tombstone", "notice"):
+            raise ValueError(f"metadata.invalidation must be auto, tombstone or notice, not {mode!r}")
+        return value
+
     @model_validator(mode="after")
     def _unique_tools(self) -> "SessionCreate":
         names = [t.function.name for t in self.tools]
@@ -149,9 +159,16 @@ class BindingIn(Strict):
 
     artifact: ArtifactName
     kind: Annotated[str, Field(min_length=1, max_length=64)]
-    revision: Annotated[int, Field(ge=0)] | None = None
+    revision: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="the server's revision read; omitted: the current one; ahead of the server's: 422")
     range: str | None = None
-    content_hash: str | None = None
+    content_hash: str | None = Field(default=None, description="hash of the content read; one that contradicts the "
+                                     "hash recorded for the current revision records an external change")
+    ttl_seconds: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="kind external: seconds after fetched_at past which the item is shown as "
+                                  "possibly stale (judged at the latest event's time)")
+    fetched_at: AwareDatetime | None = Field(default=None, description="kind external: when it was read "
+                                             "(default: the event's arrival)")
 
 
 class ToolResultIn(Strict):

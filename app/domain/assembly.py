@@ -11,13 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
+from app.domain.framing import frame, revision_attribute
+from app.domain.invalidation import build_graph
+from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -33,6 +36,7 @@ from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
+    Binding,
     Event,
     MessageEvent,
     Session,
@@ -84,6 +88,7 @@ class Assembly:
     evicted_now: int
     warnings: tuple[str, ...] = field(default=())
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
+    invalidation: dict[str, Any] = field(default_factory=dict)  # the manifest's "invalidation" summary
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -424,9 +429,11 @@ def unsent_reason(group: TurnGroup) -> str | None:
 
 
 def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], render_reasoning: bool,
-                   control: Sequence[str]) -> list[LeafMessage]:
+                   control: Sequence[str], bindings: Mapping[int, tuple[Binding, ...]] | None = None) -> list[LeafMessage]:
     """The group's leaf messages; every text in them (content, reasoning, tool-call names
-    and arguments, tool output with its header) has its control strings neutralised."""
+    and arguments, tool output with its header) has its control strings neutralised. Each
+    tool output is framed as untrusted data with its source and the revisions it read
+    (``bindings`` by result seq; :mod:`app.domain.framing`)."""
     message = group.message
     resolved = {r.call_id for r in group.results}
     broken = 0
@@ -451,7 +458,9 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
                                seq=message.seq, neutralised=broken))
     for result in group.results:
         broken = bounded[result.handle].neutralised  # the header (exception text) is checked here
-        content = clean(observation_text(result, bounded[result.handle].text))
+        framed, _ = frame(observation_text(result, bounded[result.handle].text), tool=names[result.call_id],
+                          call_id=result.call_id, bindings=(bindings or {}).get(result.seq, ()))
+        content = clean(framed)
         out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
                                seq=result.seq, neutralised=broken))
     return out
@@ -478,11 +487,80 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
     return conversation, derived
 
 
-def _result_key(result: ToolResultEvent) -> tuple[Any, ...]:
+def _result_key(result: ToolResultEvent, bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Any, ...]:
     """What a tool message's text depends on besides the meter and the cap."""
     exception = result.conditions.get("exception_info") if result.conditions else None
     return (result.seq, result.call_id, result.handle, result.payload, result.exit_code,
-            str(exception) if exception else None)
+            str(exception) if exception else None, bindings.get(result.seq, ()))
+
+
+def _invalidation_entry(seq: int, plan: InvalidationPlan, meter: TokenMeter | None, shown: str,
+                        summary: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest fields of a tool result's binding and state (issue 11): ``bindings``
+    (``path@rN``), ``state`` (current, historical, possibly_stale, unknown, unbound), for a
+    historical one ``superseded_by`` (the writes, ``path@rN``) and, when it is in the
+    request (``meter`` given), ``invalidation``: the choice (tombstone, notice, deferred),
+    its tokens and its cache effect. ``summary`` accumulates the request's totals."""
+    state = plan.states.get(seq)
+    if state is None:
+        return {}
+    out: dict[str, Any] = {"state": state.state}
+    if state.superseded:
+        out["superseded_by"] = list(state.writes)
+        first = min(state.superseded, key=lambda x: x.change.seq).change
+        out["write"] = {"artifact": first.artifact, "revision": first.revision, "seq": first.seq,
+                        "event_id": first.event_id, "cause": first.cause}
+    if state.fetched_at is not None:
+        out["fetched_at"], out["expires_at"] = state.fetched_at, state.expires_at
+    choice = plan.choices.get(seq)
+    if choice is None or meter is None or summary is None:
+        return out
+    old_tokens = meter.count_text(shown)
+    summary["historical"] += state.state == "historical"
+    if choice.choice == "tombstone":
+        tokens = meter.count_text(choice.text or "")
+        summary["tombstones"] += 1
+        summary["tombstone_tokens"] += tokens
+        summary["replaced_tokens"] += old_tokens
+        out["representation"] = "tombstone"
+        out["why"] = "historical: a superseded read of an artifact the agent is editing, replaced in place"
+        out["invalidation"] = {
+            "choice": "tombstone", "tokens": tokens, "replaced_tokens": old_tokens,
+            "cache": "in place: the request diverges from the previous one at this message on the call that first "
+                     "shows the tombstone; later calls reuse it"}
+    else:
+        summary["noticed"] += 1
+        summary["stale_tokens_kept"] += old_tokens
+        out["why"] = ("historical: inert history, kept with a notice naming the write" if choice.choice == "notice"
+                      else "historical: tombstone deferred to the next trunk rewrite (a pass is due); a notice "
+                           "names the write meanwhile") if state.state == "historical" \
+            else "possibly stale: its TTL has passed; a notice gives its fetch time"
+        out["invalidation"] = {
+            "choice": choice.choice, "stale_tokens_kept": old_tokens,
+            "cache": "appended: earlier tokens unchanged (the prefix is kept); the stale text stays in the request"}
+    return out
+
+
+def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: InvalidationPlan,
+                       notices: Sequence[str], control: Sequence[str]) -> tuple[LeafMessage, ...]:
+    """The group's leaf messages with the plan applied (seed 000 table 9): a tombstoned
+    result's content replaced in place by its tombstone, and ``notices`` (those anchored
+    after this group) appended: to the group's last tool message when it ends with one,
+    else as a user message after it. ctxd's texts have their control strings neutralised
+    (artifact names come from clients)."""
+    out = []
+    for m in messages:
+        choice = plan.choices.get(m.seq) if m.role == "tool" and m.seq is not None else None
+        if choice is not None and choice.text is not None:
+            m = replace(m, content=neutralise_control_text(choice.text, control)[0])
+        out.append(m)
+    if notices:
+        text = neutralise_control_text("\n".join(notices), control)[0]
+        if out and out[-1].role == "tool":
+            out[-1] = replace(out[-1], content=out[-1].content + "\n\n" + text)
+        else:
+            out.append(LeafMessage(role="user", content=text))
+    return tuple(out)
 
 
 def assemble_window(
@@ -496,6 +574,7 @@ def assemble_window(
     render_reasoning: bool = False,
     leaf_cache: MutableMapping[Any, Any] | None = None,
     payload_tokens: Mapping[str, int] | None = None,
+    invalidation: InvalidationOptions | None = None,
 ) -> Assembly:
     """Select and lay out the next request under the window policy.
 
@@ -522,12 +601,24 @@ def assemble_window(
     older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
     (:func:`fit_newest_group`); the request then fits with it present or a 422 names it.
 
+    Invalidation (seed 000 section 4.7): the events' bindings and writes form the
+    dependency graph (:mod:`app.domain.invalidation`); every historical observation in the
+    leaf is shown as :func:`app.domain.supersession.plan_invalidation` chooses under
+    ``invalidation`` (tombstone in place, or an appended notice naming ``path@rN``), and
+    its manifest item says ``state: historical`` with the write that superseded it. A
+    request that evicts (so rewrites the trunk) applies the deferred tombstones.
+
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
         NewestGroupOverBudget: the newest turn group cannot fit even with each of its
             results cut to its marker.
     """
     groups, step, writes = build_turn_groups(events)
+    options = invalidation or InvalidationOptions()
+    graph = build_graph(events)
+    bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, deferred=options.deferred,
+                             shown_upto=options.shown_upto)
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
     bounded: dict[str, BoundedResult] = {}
     sizes: dict[str, tuple[int, int]] = {}
@@ -544,14 +635,32 @@ def assemble_window(
                 sizes[result.handle] = (b.payload_bytes, b.payload_lines)
 
     # each group's leaf messages, built once (and, with a leaf_cache, once per session)
-    leaf_groups: list[tuple[LeafMessage, ...]] = []
+    raw_groups: list[tuple[LeafMessage, ...]] = []
     for group in groups:
         key = ("leaf", meter, item_cap_tokens, render_reasoning, group.message,
-               tuple(_result_key(r) for r in group.results))
+               tuple(_result_key(r, bindings) for r in group.results))
         messages = cache.get(key)
         if messages is None:
-            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
-        leaf_groups.append(messages)
+            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings,
+                                                         bindings))
+        raw_groups.append(messages)
+
+    def anchored(current: InvalidationPlan) -> dict[int, list[str]]:
+        """Notices by the index of the group they follow: the last group starting before
+        the event that triggered them (the newest group when they first show)."""
+        out: dict[int, list[str]] = {}
+        for notice in current.notices:
+            index = next((i for i in range(len(groups) - 1, -1, -1) if groups[i].first_seq < notice.anchor_seq), -1)
+            if index >= 0:
+                out.setdefault(index, []).append(notice.text)
+        return out
+
+    def with_plan(current: InvalidationPlan) -> list[tuple[LeafMessage, ...]]:
+        notes = anchored(current)
+        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings)
+                if current.choices or i in notes else m for i, (g, m) in enumerate(zip(groups, raw_groups))]
+
+    leaf_groups = with_plan(plan)
 
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
     # honoured); later groups send nothing (dropped, or pending calls without text).
@@ -596,7 +705,9 @@ def assemble_window(
             group = groups[newest]
 
             def measure_with(group_bounded: Mapping[str, BoundedResult]) -> tuple[Conversation, Measurement]:
-                return build(newest, tuple(_leaf_messages(group, group_bounded, render_reasoning, meter.control_strings)))
+                messages = _leaf_messages(group, group_bounded, render_reasoning, meter.control_strings, bindings)
+                return build(newest, apply_invalidation(group, messages, plan, anchored(plan).get(newest, ()),
+                                                        meter.control_strings))
 
             try:
                 fitted = fit_newest_group(group, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
@@ -609,11 +720,30 @@ def assemble_window(
             conversation, measurement = fitted.conversation, fitted.measurement
         elif measurement.total > budget.input_limit:
             check_pinned(budget, dict(measurement.by_role), measurement.total)
+    if k > first_kept and plan.deferred and fitted is None:
+        # this request rewrites the trunk anyway: the deferred tombstones replace their outputs now
+        plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, trunk_rewrite=True,
+                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto)
+        leaf_groups = with_plan(plan)
+        conversation, measurement = build(k)
+        while measurement.total > budget.input_limit and k < newest:
+            k += 1
+            conversation, measurement = build(k)
     cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
     items: list[dict[str, Any]] = []
     elided: list[dict[str, Any]] = []
+    notes = anchored(plan)
+    summary: dict[str, Any] = {
+        "mode": options.mode, "pass_due": options.pass_due, "deferred": sorted(plan.deferred),
+        "historical": 0, "tombstones": 0, "tombstone_tokens": 0, "replaced_tokens": 0,
+        "noticed": 0, "stale_tokens_kept": 0,
+        "notices": [{"after_seq": groups[i].first_seq, "tokens": meter.count_text(text)}
+                    for i, texts in sorted(notes.items()) if i >= k for text in texts],
+    }
+    summary["notice_tokens"] = sum(n["tokens"] for n in summary["notices"])
+    presented: set[str] = set()
     for index, group in enumerate(groups):
         kept = index >= k
         for event in (group.message, *group.results):
@@ -643,6 +773,12 @@ def assemble_window(
                         entry["elided_lines"] = [b.span.first_line, b.span.last_line]
                     if cut and b.elided_tokens is not None:
                         entry["elided_tokens"] = b.elided_tokens
+                    shown = next((m for m in raw_groups[index] if m.role == "tool" and m.seq == event.seq), None)
+                    entry |= _invalidation_entry(event.seq, plan, meter, shown.content if shown else "", summary)
+                    if bindings.get(event.seq):
+                        entry["bindings"] = revision_attribute(bindings[event.seq]).split(", ")
+                        if entry["state"] == "current":
+                            presented.update(b for b in entry["bindings"] if "@r" in b)
                 elif group.pending and not group.results and not event.content.strip():
                     entry["zone"] = None
                     entry["representation"] = "pending"
@@ -665,6 +801,10 @@ def assemble_window(
                 entry["zone"] = "trunk"
                 entry["representation"] = "elided"
                 entry["why"] = "oldest complete turn group evicted to fit the budget (eq. 1)"
+                if isinstance(event, ToolResultEvent):
+                    entry |= _invalidation_entry(event.seq, plan, None, "", None)
+                    if bindings.get(event.seq):
+                        entry["bindings"] = revision_attribute(bindings[event.seq]).split(", ")
                 elided.append(entry)
     for write in writes:
         items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
@@ -685,7 +825,11 @@ def assemble_window(
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")
+    # the revisions the request presents as current (what an action planned on it assumes; a tool
+    # runner checks them with POST /preconditions, seed 000 section 4.7.2)
+    summary["presented"] = sorted(presented)
     return Assembly(
+        invalidation=summary,
         conversation=conversation,
         measurement=measurement,
         budget=budget,

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.assembly import Assembly, assemble_window
 from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
+from app.domain.supersession import InvalidationOptions
 from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.domain.types import ToolResultEvent
@@ -199,7 +200,8 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
                                item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
                                render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
-                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
+                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache),
+                               invalidation=InvalidationOptions(mode=session.metadata.get("invalidation", "auto")))
     for handle, data in assembly.derived_payloads.items():
         stored = repo.put_payload(db, data)
         if stored != handle:  # content-addressed: the note must name exactly what is stored
@@ -225,6 +227,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
                    "elision_index": sorted(assembly.derived_payloads)},
         "items": list(assembly.items),
         "elided": list(assembly.elided),
+        "invalidation": assembly.invalidation,
         "elided_tokens": elided_tokens + capped_tokens,
         # False while some elided or cut output's token count is not known yet (it is counted
         # once after its POST): elided_tokens then sums the known ones

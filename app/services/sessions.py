@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from datetime import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, ContextManager
 
@@ -12,10 +13,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound
+from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
 from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
-from app.store.tables import ArtifactRow, SessionRow
+from app.store.tables import ArtifactRow, SessionRow, utcnow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 from app.observability import metrics
@@ -158,9 +160,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
             body["handle"] = repo.put_payload(db, data)
             new_outputs.append(body["handle"])
-            binding = body.get("binding")
-            if binding is not None and binding.get("revision") is None:
-                binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])
+            _bind_reads(db, session_id, body, where)
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"])
             body["revision"] = revision
@@ -174,6 +174,44 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     row.last_seq = seq
     db.flush()
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
+    """Give a tool result's binding and each ``conditions["reads"]`` entry the server's
+    revision (:func:`app.domain.invalidation.resolve_read`): the current one when omitted;
+    a content hash contradicting the recorded one bumps the artifact (an external change);
+    an ``external`` binding without ``fetched_at`` gets the event's time (epoch seconds).
+    Raises InvalidEvent (422) for a revision from the future."""
+    reads = (body.get("conditions") or {}).get("reads")
+    entries = [body["binding"]] if body.get("binding") else []
+    entries += [r for r in reads if isinstance(r, dict) and isinstance(r.get("artifact"), str)] \
+        if isinstance(reads, list) else []
+    for entry in entries:
+        if entry.get("kind") == UNKNOWN_KIND:
+            entry["revision"] = 0
+            continue
+        artifact = entry["artifact"]
+        revision = entry.get("revision")
+        if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's revision must be an "
+                               f"integer >= 0, got {revision!r}", **where)
+        current = repo.artifact_revision(db, session_id, artifact)
+        recorded = repo.artifact_content_hash(db, session_id, artifact, current) \
+            if entry.get("content_hash") is not None else None
+        try:
+            resolved = resolve_read(artifact, current, recorded, revision=revision,
+                                    content_hash=entry.get("content_hash"))
+        except InvalidEvent as exc:
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,
+                               **exc.extra) from None
+        if resolved.external:
+            repo.bump_artifact(db, session_id, artifact)
+            entry["external_change"] = True
+        entry["revision"] = resolved.revision
+        if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
+            entry["fetched_at"] = utcnow().timestamp()
+        elif isinstance(entry.get("fetched_at"), str):
+            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"].replace("Z", "+00:00")).timestamp()
 
 
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority

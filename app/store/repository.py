@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import timezone
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -236,23 +237,37 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
 
 def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     body = row.body
+    created = row.created_at
+    at = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else None
     if row.kind == "message":
         return MessageEvent(
             seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",
             handle=body["handle"], reasoning=body.get("reasoning"),
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
+            at=at,
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
         return ToolResultEvent(
             seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
             handle=body["handle"], exit_code=body.get("exit_code"),
-            binding=Binding(**binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            binding=binding_from_json(binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            at=at,
         )
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
-                                  revision=body["revision"], content_hash=body.get("content_hash"))
-    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
+                                  revision=body["revision"], content_hash=body.get("content_hash"), at=at)
+    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"], at=at)
+
+
+def binding_from_json(data: dict[str, Any]) -> Binding:
+    """A stored binding (eq. 5) as a domain value; keys the value does not hold (e.g.
+    ``external_change``) stay in the stored body only."""
+    revision = data.get("revision")
+    return Binding(artifact=data["artifact"], kind=data.get("kind") or "file",
+                   revision=int(revision) if revision is not None else -1, range=data.get("range"),
+                   content_hash=data.get("content_hash"), ttl_seconds=data.get("ttl_seconds"),
+                   fetched_at=data.get("fetched_at"))
 
 
 def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
