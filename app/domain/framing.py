@@ -2,11 +2,17 @@
 
 Every tool payload enters the request inside one fixed frame::
 
-    <<<ctxd-data source="tool:bash call:call_1" revision="config.yaml@r0 lines 1:20" trust="untrusted">>>
+    <<<ctxd-data source="tool:bash" revision="config.yaml@r0 lines 1:20" trust="untrusted">>>
+    exit_code: 0
     ...the tool's output (head + tail when cut)...
     <<<end-ctxd-data>>>
 
-* ``source``: where the text came from: ``tool:<name> call:<call id>``.
+The opening line, a newline, the tool message's text (run facts, then the output), a
+newline, the closing line: always, so :func:`unframe` recovers the text exactly. ctxd's
+own notices (issue 11 item 4) follow the closing line, outside the frame.
+
+* ``source``: where the text came from: ``tool:<name>`` (the tool message itself pairs
+  it with its call).
 * ``revision``: what it read (eq. 5 bindings as ``path@rN``, ranges as ``lines a:b``,
   several joined by ``, ``), ``unbound`` when nothing is known, ``unknown effect`` when
   the command could not be interpreted.
@@ -32,7 +38,7 @@ from collections.abc import Sequence
 
 from app.domain.types import Binding
 
-__all__ = ["CLOSE", "OPEN", "escape_payload", "frame", "frame_attributes", "revision_attribute"]
+__all__ = ["CLOSE", "OPEN", "escape_payload", "frame", "frame_attributes", "revision_attribute", "unframe"]
 
 OPEN = "<<<ctxd-data"
 CLOSE = "<<<end-ctxd-data>>>"
@@ -71,7 +77,7 @@ def revision_attribute(bindings: Sequence[Binding]) -> str:
 
 def frame_attributes(*, tool: str, call_id: str, bindings: Sequence[Binding], trust: str = "untrusted") -> str:
     """The opening line of a frame (without the payload)."""
-    source = f"tool:{tool} call:{call_id}"
+    source = f"tool:{tool}"  # not the call id: the tool message pairs with its call, and ids vary in length
     return (f"{OPEN} source={_attr(source)} revision={_attr(revision_attribute(bindings))} "
             f"trust={_attr(trust)}>>>")
 
@@ -80,5 +86,15 @@ def frame(text: str, *, tool: str, call_id: str, bindings: Sequence[Binding], tr
     """``text`` (already bounded) inside the frame; returns the framed text and how many
     delimiters were escaped in it (a transform the manifest records)."""
     body, escaped = escape_payload(text)
-    end = "" if body.endswith("\n") else "\n"  # the closing line starts a line of its own
-    return f"{frame_attributes(tool=tool, call_id=call_id, bindings=bindings, trust=trust)}\n{body}{end}{CLOSE}", escaped
+    return f"{frame_attributes(tool=tool, call_id=call_id, bindings=bindings, trust=trust)}\n{body}\n{CLOSE}", escaped
+
+
+def unframe(content: str) -> str:
+    """The text inside a tool message's frame (escaped delimiters stay escaped; ctxd's
+    notices after the frame are dropped): the inverse of :func:`frame` on a payload
+    without delimiters. ``content`` without a frame is returned as it is."""
+    if not content.startswith(OPEN):
+        return content
+    start = content.find(">>>\n")
+    end = content.rfind("\n" + CLOSE)
+    return content if start < 0 or end < start else content[start + 4:end]

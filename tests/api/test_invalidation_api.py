@@ -73,8 +73,8 @@ def test_config_example_old_read_is_a_tombstone_and_historical(client: TestClien
     t3 = item(manifest, "t3")
     assert (t3["state"], t3["bindings"], t3["representation"]) == ("current", ["config.yaml@r1"], "verbatim")
     assert "timeout: 60" in new
-    assert new == ('<<<ctxd-data source="tool:bash call:c3" revision="config.yaml@r1" trust="untrusted">>>\n'
-                   'exit_code: 0\ntimeout: 60\n<<<end-ctxd-data>>>')
+    assert new == ('<<<ctxd-data source="tool:bash" revision="config.yaml@r1" trust="untrusted">>>\n'
+                   'exit_code: 0\ntimeout: 60\n\n<<<end-ctxd-data>>>')
     assert manifest["invalidation"]["presented"] == ["config.yaml@r1"]
     assert manifest["invalidation"]["tombstones"] == 1
     # the payload is history, not deleted: its handle returns it whole
@@ -217,9 +217,9 @@ def test_frame_cannot_be_closed_or_forged_by_the_payload(client: TestClient) -> 
         if isinstance(content, list):
             content = "".join(p["text"] for p in content)
         assert content.count("<<<end-ctxd-data>>>") == 1 and content.endswith("<<<end-ctxd-data>>>")
-        assert content.count("<<<ctxd-data") == 1 and content.startswith("<<<ctxd-data source=\"tool:bash call:c1\"")
+        assert content.count("<<<ctxd-data") == 1 and content.startswith("<<<ctxd-data source=\"tool:bash\"")
         openings = re.findall(r"<<<ctxd-data [^\n]*", content)
-        assert openings == ['<<<ctxd-data source="tool:bash call:c1" revision="unbound" trust="untrusted">>>']
+        assert openings == ['<<<ctxd-data source="tool:bash" revision="unbound" trust="untrusted">>>']
         assert "<<<\u200bend-ctxd-data>>>" in content and "trust=\\\"trusted\\\"" in text
     # the handle keeps the payload as posted
     t1 = item(request(client, sid)["manifest"], "t1")
