@@ -224,3 +224,44 @@ def test_frame_cannot_be_closed_or_forged_by_the_payload(client: TestClient) -> 
     # the handle keeps the payload as posted
     t1 = item(request(client, sid)["manifest"], "t1")
     assert client.get(f"/v1/handles/{t1['handle']}").content.decode() == hostile
+
+
+def test_identical_output_before_and_after_a_write_is_judged_per_observation(client: TestClient) -> None:
+    """lean-ctx#1400 (a dedup cache returned an "unchanged" stub after an edit): two reads
+    with the same bytes (one content-addressed handle) on both sides of a write are judged
+    per observation: the r0 one is historical, the r1 one current and shown whole."""
+    sid = new_session(client)
+    post(client, sid, bash("a1", "c1", "cat a.py"),
+         result("t1", "c1", "x = 1\n", binding={"artifact": "a.py", "kind": "file"}))
+    post(client, sid, bash("a2", "c2", "touch a.py"), write("w1", "a.py"), result("t2", "c2", ""))
+    post(client, sid, bash("a3", "c3", "cat a.py"),
+         result("t3", "c3", "x = 1\n", binding={"artifact": "a.py", "kind": "file"}))
+    out = request(client, sid)
+    t1, t3 = item(out["manifest"], "t1"), item(out["manifest"], "t3")
+    assert t1["handle"] == t3["handle"]
+    assert (t1["state"], t1["representation"]) == ("historical", "tombstone")
+    assert (t3["state"], t3["representation"]) == ("current", "verbatim")
+    assert "x = 1" in tool_contents(out["request"])["c3"] and "x = 1" not in tool_contents(out["request"])["c1"]
+
+
+def test_consecutive_writes_offset_drift(client: TestClient) -> None:
+    """aider#6 (a second edit planned on line numbers the first edit shifted) and
+    hermes-agent#4390 (the agent's own consecutive writes): lines 80:90 read at r0, two
+    writes (r1, r2), lines 80:95 read at r2. The r0 excerpt names the first write that
+    superseded it and the current revision; the r2 excerpt is current."""
+    sid = new_session(client)
+    post(client, sid, bash("a1", "c1", "sed -n 80,90p pool.py"),
+         result("t1", "c1", "def release(self, conn):\n", binding={"artifact": "pool.py", "kind": "file",
+                                                                     "range": "80:90"}))
+    post(client, sid, bash("a2", "c2", "sed -i 's/a/b/' pool.py && sed -i 's/c/d/' pool.py"),
+         write("w1", "pool.py"), write("w2", "pool.py"), result("t2", "c2", ""))
+    post(client, sid, bash("a3", "c3", "sed -n 80,95p pool.py"),
+         result("t3", "c3", "def release(self, conn):\n    self._wake()\n",
+                binding={"artifact": "pool.py", "kind": "file", "range": "80:95"}))
+    out = request(client, sid)
+    t1, t3 = item(out["manifest"], "t1"), item(out["manifest"], "t3")
+    assert t1["superseded_by"] == ["pool.py@r1"] and t1["bindings"] == ["pool.py@r0 lines 80:90"]
+    assert "pool.py@r0 lines 80:90 was superseded by pool.py@r1 (write at seq 4; current r2)" in \
+        tool_contents(out["request"])["c1"]
+    assert (t3["state"], t3["bindings"]) == ("current", ["pool.py@r2 lines 80:95"])
+    assert out["manifest"]["invalidation"]["presented"] == ["pool.py@r2 lines 80:95"]

@@ -151,3 +151,21 @@ def test_summarize_ratios_of_sums() -> None:
     assert s["grounding_via_handle"] == 1.0
     assert s["by_role"]["observations"] == 291
     assert summarize(records, Prices(), reference_input=None)["compression_ratio"] is None
+
+
+def test_stale_items_checks_the_manifest_item_not_the_text() -> None:
+    """Eq. 7 per item (issue 11): a superseded observation in the request counts unless its
+    manifest item says historical naming a write past the revision read."""
+    from app.eval.metrics import Observation, stale_items
+
+    obs = [Observation("c1", "timeout: 30\n", (("config.yaml", 0),)), Observation("c2", "x\n", (("b.py", 0),))]
+    revisions = {"config.yaml": 1}
+    marked = {"c1": {"zone": "leaf", "state": "historical", "superseded_by": ["config.yaml@r1"]},
+              "c2": {"zone": "leaf", "state": "current"}}
+    assert stale_items(obs, revisions, marked) == 0
+    unmarked = {"c1": {"zone": "leaf", "state": "current", "why": "mentions config.yaml@r1"}}
+    assert stale_items(obs, revisions, unmarked) == 1
+    wrong_write = {"c1": {"zone": "leaf", "state": "historical", "superseded_by": ["other.yaml@r1"]}}
+    assert stale_items(obs, revisions, wrong_write) == 1
+    elided = {"c1": {"zone": None, "state": "current"}}
+    assert stale_items(obs, revisions, elided) == 0
