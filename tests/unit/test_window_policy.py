@@ -280,15 +280,15 @@ def eight_results_of_100_words(window: int):
 
 def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
     """input_limit 950: alone the eight results do not fit, so they share the observations
-    share (475 of 950) as head + tail, 59 or 60 words each; the request is 839 tokens."""
+    share (475 of 950) as head + tail, 59 or 60 words each; the request is 831 tokens."""
     result, events, _ = eight_results_of_100_words(1000)
     results = [i for i in result.items if i["kind"] == "tool_result"]
     kept_words = [i["tokens"] - i["elided_tokens"] for i in results]
     assert sorted(kept_words) == [59] * 5 + [60] * 3 and sum(kept_words) == 475
     assert all(i["representation"] == "head_tail" and "share 475 tokens" in i["why"] for i in results)
     # 13 root + 79 trunk (contract + note) + assistant 4+2+8*4
-    # + 8 results * (4 + 2 + kept + 17 marker + 6 frame words: app/domain/framing.py) + 2
-    assert result.measurement.total == 13 + 79 + 38 + 8 * (23 + 6) + 475 + 2 == 839
+    # + 8 results * (4 + 2 + kept + 17 marker + 5 frame words: app/domain/framing.py) + 2
+    assert result.measurement.total == 13 + 79 + 38 + 8 * (23 + 5) + 475 + 2 == 831
     by_call = {e.call_id: e for e in events if isinstance(e, ToolResultEvent)}
     for message in (m for m in result.conversation.leaf if m.role == "tool"):
         assert by_call[message.call_id].handle in message.content and "elided by ctxd" in message.content
@@ -297,11 +297,11 @@ def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
 
 def test_newest_group_bounded_to_the_room_left_when_below_the_share() -> None:
     """The same group with input_limit 550: the room left by the pinned content and the
-    eight frames (6 words each: 234 - 48 = 186 words for the results) is below the
+    eight frames (5 words each: 234 - 40 = 194 words for the results) is below the
     observations share (275); the request uses it exactly."""
     result, _, budget = eight_results_of_100_words(600)
     kept_words = [i["tokens"] - i["elided_tokens"] for i in result.items if i["kind"] == "tool_result"]
-    assert sum(kept_words) == 186 and max(kept_words) - min(kept_words) <= 1
+    assert sum(kept_words) == 194 and max(kept_words) - min(kept_words) <= 1
     assert result.measurement.total == budget.input_limit == 550
 
 
@@ -322,15 +322,15 @@ def test_single_oversized_result_goes_behind_its_handle_before_crossing_input_li
 def test_newest_group_that_cannot_fit_is_a_422_naming_it() -> None:
     """A 1000-word assistant text: system 6 + tools 7 + trunk 25 + assistant 4 + 1000 + call 4
     + result (4 + 'exit_code: 0' + 3 words, shorter than its marker, so verbatim) 9 + its
-    frame 6 + generation 2 = 1063 tokens, 513 over input_limit 550."""
+    frame 5 + generation 2 = 1062 tokens, 512 over input_limit 550."""
     events = with_text(session_events([[3]]), "a0", words(1000, "x"))
     budget = Budget(window=600, output_reserve=50, headroom=0)
     with pytest.raises(NewestGroupOverBudget) as info:
         assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
     extra = info.value.extra
     assert (extra["seq"], extra["seqs"], extra["event_ids"]) == (1, [1, 2], ["a0", "r0-0"])
-    assert (extra["total"], extra["over_by"], extra["input_limit"]) == (1063, 513, 550)
-    assert "seq 1" in info.value.detail and "a0, r0-0" in info.value.detail and "513 over" in info.value.detail
+    assert (extra["total"], extra["over_by"], extra["input_limit"]) == (1062, 512, 550)
+    assert "seq 1" in info.value.detail and "a0, r0-0" in info.value.detail and "512 over" in info.value.detail
 
 
 @pytest.mark.parametrize("later", [
