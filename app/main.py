@@ -22,8 +22,8 @@ log = logging.getLogger("ctxd")
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the ASGI app. ``settings`` defaults to the environment (prefix CTXD_)."""
     offline_environment()
-    configure_logging()
     settings = settings or Settings()
+    configure_logging(settings.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -69,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 app.state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
-        log.info("ctxd ready: database %s, profiles %s", engine.url.render_as_string(hide_password=True), registry.names())
+        log.info("ctxd ready: data directory %s, database %s, profiles %s", settings.data_dir,
+                 engine.url.render_as_string(hide_password=True), registry.names())
         try:
             yield
         finally:

@@ -13,45 +13,53 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
 
 class Settings(BaseSettings):
-    """Service configuration, validated at start-up.
-
-    Fields:
-        data_dir: directory for the embedded SQLite file (created if missing).
-        database_url: SQLAlchemy URL; ``postgresql+psycopg://...`` selects PostgreSQL.
-            Empty means ``sqlite:///<data_dir>/ctxd.sqlite3``.
-        redis_url: Redis URL for the segment cache; empty means the in-process LRU.
-        profiles_path: a TOML file of profiles that overrides/extends the shipped ones.
-        default_profile: profile used when a session names none.
-        local_cache_bytes: byte bound of the in-process token cache.
-        memo_bytes: byte bound (estimated) of the per-session assembly memo: parsed
-            events, leaf messages, the previous request's ids (app/services/memo.py).
-        max_payload_bytes: largest payload a POST may store, in bytes: a tool result's
-            payload (UTF-8) or a message's canonical JSON (content, reasoning, tool calls).
-            Larger answers 413 and stores nothing. The largest in the shared traces is
-            110,817 bytes; the default (8 MiB) admits a 2 MB tool output with room to spare.
-        max_body_bytes: largest HTTP request body, in bytes (413 before the body is read when
-            Content-Length says more; a streamed body is cut off at the limit). Default 32 MiB;
-            the largest POST of the shared traces is 114,098 bytes.
-        redis_timeout_seconds: socket timeout for Redis; past it ctxd encodes locally.
-        redis_ttl_seconds: lifetime of a cached segment in Redis.
-    """
+    """Service configuration, validated at start-up. Every field is the environment
+    variable ``CTXD_<FIELD>``; its description is what ``ctxd serve --help`` and the
+    README's Configuration table say (:func:`settings_help`)."""
 
     model_config = SettingsConfigDict(env_prefix="CTXD_", extra="ignore")
 
-    data_dir: Path = Field(default=Path("./.data"))
-    database_url: str = ""
-    redis_url: str = ""
-    profiles_path: Path | None = None
-    default_profile: str = "qwen3"
-    local_cache_bytes: int = 256 * 1024 * 1024
-    memo_bytes: int = 256 * 1024 * 1024
-    max_payload_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
-    redis_timeout_seconds: float = 0.05
-    redis_ttl_seconds: int = 7 * 24 * 3600
-    log_level: str = "info"
+    data_dir: Path = Field(default=Path("./.data"), description=(
+        "directory of the embedded SQLite file (created if missing; resolved to an absolute path, "
+        "logged at start-up)"))
+    database_url: str = Field(default="", description=(
+        "SQLAlchemy URL, e.g. postgresql+psycopg://user:pw@host/db (the password is never logged); "
+        "empty: the SQLite file ctxd.sqlite3 in the data directory"))
+    redis_url: str = Field(default="", description=(
+        "Redis URL of the segment token cache, e.g. redis://host:6379/0; empty: the in-process cache"))
+    profiles_path: Path | None = Field(default=None, description=(
+        "a TOML file of profiles that overrides or adds to the shipped ones"))
+    default_profile: str = Field(default="qwen3", description="profile of the sessions that name none")
+    local_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=0, description=(
+        "byte bound of the in-process segment token cache (when no Redis)"))
+    memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0, description=(
+        "byte bound (estimated) of the per-session assembly memo: parsed events, leaf messages, the "
+        "previous request's ids; least recently used sessions are dropped and re-read from the database"))
+    max_payload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description=(
+        "largest payload a POST may store, in bytes: a tool result's payload (UTF-8) or a message's canonical "
+        "JSON (content, reasoning, tool calls); larger answers 413 and stores nothing (the largest in the shared "
+        "traces is 110,817 bytes)"))
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1, description=(
+        "largest HTTP request body, in bytes: 413 before the body is read when Content-Length says more; a "
+        "streamed body is cut off at the limit (the largest POST of the shared traces is 114,098 bytes)"))
+    redis_timeout_seconds: float = Field(default=0.05, gt=0, description=(
+        "Redis socket timeout in seconds; past it ctxd encodes locally (counted, never an error)"))
+    redis_ttl_seconds: int = Field(default=7 * 24 * 3600, gt=0, description=(
+        "lifetime of a cached segment in Redis, in seconds"))
+    log_level: str = Field(default="info", description=(
+        "log level: " + ", ".join(LOG_LEVELS)))
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.strip().lower()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return level
 
     @field_validator("data_dir")
     @classmethod
@@ -65,6 +73,19 @@ class Settings(BaseSettings):
             return self.database_url
         self.data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{self.data_dir / 'ctxd.sqlite3'}"
+
+
+def settings_help() -> list[tuple[str, str, str]]:
+    """``(environment variable, default, description)`` for every :class:`Settings` field,
+    in declaration order: the one source of ``ctxd serve --help`` and the README table."""
+    rows = []
+    for name, field in Settings.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        text = "" if default in (None, "") else str(default)
+        if isinstance(default, Path) and not default.is_absolute():
+            text = os.path.join(".", text)
+        rows.append((f"CTXD_{name.upper()}", text, field.description or ""))
+    return rows
 
 
 def offline_environment() -> None:

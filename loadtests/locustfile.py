@@ -44,23 +44,17 @@ from locust import HttpUser, constant, events, task
 from locust.exception import StopUser
 
 from app.adapters.miniswe import ModelCall, PostEvents, Step, load_trajectory, replay_plan, session_create_body
+from app.traces import resolve_trace, traces_dir
 
 ROUTE_SESSIONS = "/v1/sessions"
 ROUTE_EVENTS = "/v1/sessions/[id]/events"
 ROUTE_REQUEST = "/v1/sessions/[id]/request"
 
 
-def _default_trace_dir() -> Path:
-    repo = Path(__file__).resolve().parents[1]
-    for candidate in (repo.parent / "shared" / "traces" / "miniswe", Path("/work/shared/traces/miniswe")):
-        if candidate.is_dir():
-            return candidate
-    return repo.parent / "shared" / "traces" / "miniswe"
-
-
 def trace_files(spec: str) -> list[Path]:
-    """Trace files named by ``spec`` (comma-separated files, directories, glob patterns)."""
-    parts = [p.strip() for p in spec.split(",") if p.strip()] or [str(_default_trace_dir())]
+    """Trace files named by ``spec`` (comma-separated files, directories, glob patterns; a file
+    name alone is looked up as ``ctxd replay`` does, :func:`app.traces.resolve_trace`)."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()] or [str(traces_dir())]
     found: list[Path] = []
     for part in parts:
         path = Path(part).expanduser()
@@ -69,7 +63,7 @@ def trace_files(spec: str) -> list[Path]:
         elif any(ch in part for ch in "*?["):
             found.extend(Path(p) for p in sorted(glob.glob(part)))
         else:
-            found.append(path)
+            found.append(resolve_trace(part))  # a path, or a file name in the shared traces
     return found
 
 

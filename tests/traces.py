@@ -1,17 +1,16 @@
-"""Where the shared real trajectories are: ``CTXD_TRACES_DIR``, else ``../shared/traces/miniswe``
-next to the repository, else ``/work/shared/traces/miniswe`` (CI may clone elsewhere)."""
+"""Where the shared real trajectories are: ``CTXD_TRACES_DIR``, else the places
+:func:`app.traces.traces_dir` looks at (``../shared/traces/miniswe`` next to the
+repository, ..., ``/work/shared/traces/miniswe``; CI may clone elsewhere)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-_CANDIDATES = [
-    os.environ.get("CTXD_TRACES_DIR", ""),
-    str(Path(__file__).resolve().parents[2] / "shared" / "traces" / "miniswe"),
-    "/work/shared/traces/miniswe",
-]
+from app.traces import TracesNotFound, traces_dir
 
-TRACES_DIR = next((Path(c) for c in _CANDIDATES if c and Path(c).is_dir() and any(Path(c).glob("*.traj.json"))),
-                  Path(_CANDIDATES[-1]))
+try:
+    TRACES_DIR = traces_dir(first=os.environ.get("CTXD_TRACES_DIR") or None)
+except TracesNotFound:  # tests that need the traces skip on a missing file
+    TRACES_DIR = Path("/work/shared/traces/miniswe")
 TRACE_FILES = sorted(TRACES_DIR.glob("*.traj.json"))

@@ -19,6 +19,9 @@ NoNul = AfterValidator(_no_nul)
 EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
+#: The largest row id (a signed 64-bit BIGINT on PostgreSQL, INTEGER on SQLite): a larger id in a
+#: path or query is 422, not an overflow in the database driver (a 500).
+ROW_ID_MAX = 2**63 - 1
 
 
 class Strict(BaseModel):
@@ -48,13 +51,15 @@ class FunctionDecl(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = Field(default=None, description="a JSON Schema (draft 7) of the arguments")
 
     @field_validator("parameters")
     @classmethod
     def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         """README "Provider rules": a JSON Schema (draft 7, as mistral-common checks it) whose
-        top level is ``"type": "object"`` (OpenAI and Anthropic ``input_schema``)."""
+        top level is ``"type": "object"`` (OpenAI and Anthropic ``input_schema``). mistral-common
+        refuses the whole request otherwise, which once surfaced as a 500 on GET request (found
+        by tests/api/test_schema_fuzz.py)."""
         if not value:
             return value
         from jsonschema import Draft7Validator
@@ -63,7 +68,8 @@ class FunctionDecl(BaseModel):
         try:
             Draft7Validator.check_schema(value)
         except SchemaError as exc:
-            raise ValueError(f"parameters is not a valid JSON Schema (draft 7): {exc.message}") from None
+            where = "/".join(map(str, exc.path)) or "(top level)"
+            raise ValueError(f"parameters is not a valid JSON Schema (draft 7) at {where}: {exc.message}") from None
         if value.get("type") != "object":
             raise ValueError('parameters must be a JSON Schema with "type": "object" at the top level')
         return value
@@ -77,8 +83,17 @@ class ToolDecl(BaseModel):
     function: FunctionDecl
 
 
+#: A model name as providers and serving engines spell it ("Qwen/Qwen3-8B", "gpt-4o-mini",
+#: "anthropic.claude-3-5-sonnet-20240620-v1:0"): no whitespace, no control characters.
+ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+
+
 class SessionCreate(Strict):
     profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
+    model: ModelName | None = Field(default=None, description=(
+        "the `model` of this session's request bodies in every format (openai, anthropic, tokens), e.g. the "
+        "name a vLLM server was started with (--served-model-name); default: the profile's model. The "
+        "chat template does not render it: token counts do not change"))
     contract: ContractIn
     system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
@@ -110,6 +125,7 @@ class SessionCreated(BaseModel):
 class SessionOut(BaseModel):
     id: str
     profile: str
+    model: str | None = Field(description="the `model` of the request bodies: the session's own, else the profile's")
     contract: dict[str, Any]
     system: str
     tools: list[dict[str, Any]]

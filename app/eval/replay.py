@@ -31,6 +31,7 @@ from app.adapters import miniswe
 from app.adapters.bash_effects import command_of
 from app.eval import metrics
 from app.eval.policies import EvalContext, RequestView, get_policy
+from app.traces import resolve_trace, traces_dir
 
 __all__ = ["CallRecord", "EvalRun", "TraceFacts", "TraceResult", "discover_traces", "replay_trace",
            "replay_trace_policies", "run_eval"]
@@ -277,18 +278,16 @@ def _worker_task(path: str, policies: list[str]) -> list[dict[str, Any]]:
 
 
 def discover_traces(paths: Sequence[str | Path]) -> list[Path]:
-    """Trajectory files: each path is a ``*.traj.json`` file or a folder searched for them
-    (not recursively). Sorted by name; duplicates removed. Raises FileNotFoundError for a
-    missing path and ValueError when no trajectory is found."""
+    """Trajectory files: each path is looked up as ``ctxd replay`` and ``ctxd bench`` look up
+    theirs (:func:`app.traces.resolve_trace`: a path, else a file name in the shared traces
+    directory, the ``.traj.json`` suffix optional) and is a ``*.traj.json`` file or a folder
+    searched for them (not recursively); no paths means the shared traces directory. Sorted
+    by name; duplicates removed. Raises FileNotFoundError (TracesNotFound) for a name found
+    nowhere and ValueError when no trajectory is found."""
     found: dict[str, Path] = {}
-    for p in map(Path, paths):
-        if p.is_dir():
-            for f in sorted(p.glob("*.traj.json")):
-                found[str(f.resolve())] = f
-        elif p.is_file():
-            found[str(p.resolve())] = p
-        else:
-            raise FileNotFoundError(f"no such file or folder: {p}")
+    for p in map(resolve_trace, paths or [traces_dir()]):
+        for f in sorted(p.glob("*.traj.json")) if p.is_dir() else [p]:
+            found[str(f.resolve())] = f
     if not found:
         raise ValueError(f"no *.traj.json trajectories in {', '.join(map(str, paths))}")
     return sorted(found.values(), key=lambda f: f.name)

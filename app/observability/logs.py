@@ -36,16 +36,24 @@ def _install_record_factory() -> None:
     logging.setLogRecordFactory(factory)
 
 
-def configure_logging(level: int = logging.INFO) -> None:
+#: ``CTXD_LOG_LEVEL`` names (app.settings.LOG_LEVELS) as logging levels; "trace" is uvicorn's 5.
+LEVELS = {"critical": logging.CRITICAL, "error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO,
+          "debug": logging.DEBUG, "trace": 5}
+
+
+def configure_logging(level: int | str = logging.INFO) -> None:
     """Idempotent. Puts the request id on every record; sets ctxd's loggers to ``level``
-    (when unset) and, if the root logger has no handler (nobody configured logging, as
-    under ``ctxd serve``), gives them one stderr handler with :data:`FORMAT`. A host that
+    (a logging level or a ``CTXD_LOG_LEVEL`` name; only when unset) and, if the root logger
+    has no handler (nobody configured logging, as under ``ctxd serve``), gives them one
+    stderr handler with :data:`FORMAT`. A host that
     configured logging keeps its handlers (the records propagate to them)."""
     global _configured
     _install_record_factory()
     if _configured:
         return
     _configured = True
+    if isinstance(level, str):
+        level = LEVELS[level.lower()]
     handler: logging.Handler | None = None
     if not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)

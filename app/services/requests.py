@@ -52,15 +52,17 @@ def prompt_cache_key(session_id: str) -> str:
     return "ctxd-" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
 
 
-def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str) -> dict[str, Any]:
-    """The wire body for ``fmt`` (openai, anthropic, tokens). Raises UnsupportedFormat.
+def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str, model: str | None = None) -> dict[str, Any]:
+    """The wire body for ``fmt`` (openai, anthropic, tokens); its ``model`` is ``model`` (the
+    session's own) or else the profile's. Raises UnsupportedFormat.
 
     openai: the profile's ``chat_template_kwargs`` ride along (only when it declares some),
     and a meter that counted other messages than the plain serialization (mistral-tekken:
     ``Measurement.extra["openai_messages"]``) has those served, so the body is what was counted."""
     conversation = assembly.conversation
+    model = model or profile.model
     if fmt == "openai":
-        body = openai_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve,
+        body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
                                      prompt_cache_key=prompt_cache_key(session_id),
                                      chat_template_kwargs=profile.chat_template_kwargs)
         counted = assembly.measurement.extra.get("openai_messages")
@@ -68,11 +70,11 @@ def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str
             body["messages"] = counted
         return body
     if fmt == "anthropic":
-        return anthropic_wire.serialize(conversation, model=profile.model, max_tokens=profile.output_reserve)
+        return anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
     if fmt == "tokens":
         m = assembly.measurement
         text = m.extra.get("text") if isinstance(m.extra.get("text"), str) else None
-        return tokens_wire.serialize(m.ids or (), text, model=profile.model, max_tokens=profile.output_reserve)
+        return tokens_wire.serialize(m.ids or (), text, model=model, max_tokens=profile.output_reserve)
     raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
 
 
@@ -206,7 +208,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
         stored = repo.put_payload(db, data)
         if stored != handle:  # content-addressed: the note must name exactly what is stored
             raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
-    body = serialize(assembly, profile, fmt, session_id=session_id)
+    body = serialize(assembly, profile, fmt, session_id=session_id, model=row.model)
     digest = hashlib.sha256(request_bytes(body)).hexdigest()
     m = assembly.measurement
     reuse, cache_info = _prefix_reuse(db, memo, session_id, fmt, profile, assembly)

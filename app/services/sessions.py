@@ -12,7 +12,7 @@ from typing import Any, ContextManager
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound
+from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
 from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
 from app.domain.text import first_control_string, split_lines
@@ -24,8 +24,10 @@ from app.observability import metrics
 
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
-                   tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None) -> str:
-    """Create a session; returns its id (32 hex chars).
+                   tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None,
+                   model: str | None = None) -> str:
+    """Create a session; returns its id (32 hex chars). ``model`` is the ``model`` of the
+    session's request bodies (every format); None follows the profile's model.
 
     With ``meters``, the text rendered verbatim (contract goal and constraints, which are
     protected fields; system; every string of the tool declarations) is checked against
@@ -51,7 +53,7 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
                 control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     metadata=metadata)
+                     metadata=metadata, model=model)
     return session_id
 
 
@@ -63,11 +65,24 @@ def require_session_row(db: OrmSession, session_id: str, *, lock: bool = False) 
     return row
 
 
-def describe_session(db: OrmSession, session_id: str) -> dict[str, Any]:
+def session_model(row: SessionRow, profiles: ProfileRegistry) -> str | None:
+    """The ``model`` of the session's request bodies: its own (set at create), else its
+    profile's; None when neither is known (the profile is no longer configured)."""
+    if row.model:
+        return row.model
+    try:
+        return profiles.get(row.profile).model
+    except UnknownProfile:
+        return None
+
+
+def describe_session(db: OrmSession, session_id: str, profiles: ProfileRegistry) -> dict[str, Any]:
+    """The session as ``GET /v1/sessions/{id}`` shows it, ``model`` included
+    (:func:`session_model`). Raises SessionNotFound (404)."""
     row = require_session_row(db, session_id)
     artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(ArtifactRow.session_id == session_id)).scalars()}
     return {
-        "id": row.id, "profile": row.profile, "contract": row.contract, "system": row.system, "tools": row.tools,
+        "id": row.id, "profile": row.profile, "model": session_model(row, profiles), "contract": row.contract, "system": row.system, "tools": row.tools,
         "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
         "artifacts": artifacts, "created_at": row.created_at.isoformat(),
     }

@@ -50,9 +50,9 @@ def session_from_row(row: SessionRow) -> Session:
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
-                tools: list[dict[str, Any]], metadata: dict[str, Any]) -> SessionRow:
+                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None) -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, last_seq=0, cut_seq=0)
+                     meta=metadata, model=model, last_seq=0, cut_seq=0)
     db.add(row)
     db.flush()
     return row

@@ -27,6 +27,7 @@ class SessionRow(Base):
     system: Mapped[str] = mapped_column(Text)
     tools: Mapped[list[Any]] = mapped_column(JSON)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    model: Mapped[str | None] = mapped_column(String(256), nullable=True, default=None)  # None: the profile's
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     cut_seq: Mapped[int] = mapped_column(Integer, default=0)  # first kept turn group (layout state)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -66,7 +66,7 @@ def test_unexpected_error_is_a_logged_500_and_the_connection_stays_usable(
     """Before: the 500 was sent, then Starlette's ServerErrorMiddleware re-raised, uvicorn
     closed the connection, and the next request on it failed (ReadError, connection reset)."""
 
-    def boom(db, session_id):  # an error no handler expects
+    def boom(*args: object) -> None:  # an error no handler expects
         raise RuntimeError("disk on fire")
 
     with one_connection(base_url) as client:

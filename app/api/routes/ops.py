@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
@@ -17,7 +18,8 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "Not ready (database or tokenizer)",
+                                        "content": {"application/problem+json": {}}}})
 def readyz(request: Request) -> Response:
     """Readiness: the database answers and the default profile's tokenizer is loaded."""
     state = request.app.state
@@ -33,6 +35,7 @@ def readyz(request: Request) -> Response:
                     media_type="application/json")
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"description": "Prometheus text exposition format"}})
 def metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.deps import Meters, Profiles, Uow
 from app.api.schemas import (
+    ROW_ID_MAX,
     AssembledRequest,
     EventBatch,
     EventBatchOut,
@@ -27,7 +28,8 @@ router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
 
 PROBLEM = {"content": {"application/problem+json": {}}}
-ERRORS: dict[int | str, dict[str, Any]] = {404: {"description": "Not found", **PROBLEM},
+ERRORS: dict[int | str, dict[str, Any]] = {400: {"description": "The body cannot be parsed", **PROBLEM},
+                                           404: {"description": "Not found", **PROBLEM},
                                            409: {"description": "Conflict", **PROBLEM},
                                            413: {"description": "Payload or request body too large", **PROBLEM},
                                            416: {"description": "Range not satisfiable", **PROBLEM},
@@ -42,14 +44,17 @@ def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Pr
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
-            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters)
+            tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters,
+            model=body.model)
     return SessionCreated(id=session_id)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
-def get_session(session_id: str, uow: Uow) -> SessionOut:
+def get_session(session_id: str, uow: Uow, profiles: Profiles) -> SessionOut:
+    """The session (``model``: the one its request bodies name), its event count, last seq
+    and artifact revisions."""
     with uow() as db:
-        return SessionOut(**session_service.describe_session(db, session_id))
+        return SessionOut(**session_service.describe_session(db, session_id, profiles))
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
@@ -98,7 +103,7 @@ def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
 @router.get("/sessions/{session_id}/manifests", responses=ERRORS)
 def list_manifests(session_id: str, uow: Uow,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
-                   before_id: Annotated[int | None, Query(ge=1, description="page on: ids below this one")] = None,
+                   before_id: Annotated[int | None, Query(ge=1, le=ROW_ID_MAX, description="page on: ids below this one")] = None,
                    ) -> dict[str, Any]:
     """The manifests persisted for this session's served requests, newest first."""
     with uow() as db:
@@ -106,7 +111,7 @@ def list_manifests(session_id: str, uow: Uow,
 
 
 @router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=ERRORS)
-def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1)], uow: Uow) -> dict[str, Any]:
+def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1, le=ROW_ID_MAX)], uow: Uow) -> dict[str, Any]:
     """One persisted manifest, as it was served (``manifest.id`` of a request)."""
     with uow() as db:
         return request_service.get_manifest(db, session_id, manifest_id)

@@ -1,0 +1,78 @@
+"""Migration 0004_session_model (sessions.model) on SQLite and PostgreSQL: a session created before it
+keeps working (its bodies name the profile's model), a session created after stores its
+own, and the migration goes down and up again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from app.store.migrate import alembic_config
+
+#: The revision before sessions.model.
+PREVIOUS = "0003_ingest"
+
+OLD_SESSION = sa.text(
+    "INSERT INTO sessions (id, profile, contract, system, tools, metadata, last_seq, cut_seq, created_at) "
+    "VALUES ('0123456789abcdef0123456789abcdef', 'qwen3', '{\"goal\": \"g\", \"constraints\": []}', 's', '[]', "
+    "'{}', 0, 0, CURRENT_TIMESTAMP)")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
+        return factory()
+    return f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
+
+
+def _columns(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return {c["name"] for c in sa.inspect(engine).get_columns("sessions")}
+    finally:
+        engine.dispose()
+
+
+def test_sessions_model_migrates_up_and_down(database_url: str, tmp_path: Path) -> None:
+    config = alembic_config(database_url)
+    command.upgrade(config, PREVIOUS)
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(OLD_SESSION)
+    engine.dispose()
+    assert "model" not in _columns(database_url)
+
+    settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
+    with TestClient(create_app(settings)) as client:  # the lifespan upgrades to head
+        assert "model" in _columns(database_url)
+        old = "0123456789abcdef0123456789abcdef"
+        assert client.get(f"/v1/sessions/{old}").json()["model"] == "Qwen/Qwen3-8B"
+        assert client.get(f"/v1/sessions/{old}/request").json()["request"]["model"] == "Qwen/Qwen3-8B"
+        r = client.post("/v1/sessions", json={"contract": {"goal": "g"}, "model": "qwen3-8b-awq"})
+        assert r.status_code == 201, r.text
+        assert client.get(f"/v1/sessions/{r.json()['id']}/request").json()["request"]["model"] == "qwen3-8b-awq"
+
+    command.downgrade(config, PREVIOUS)
+    assert "model" not in _columns(database_url)
+    command.upgrade(config, "head")
+    assert "model" in _columns(database_url)
+
+
+def test_the_migrations_have_one_head_and_one_line() -> None:
+    """Branches merged with their own migrations keep one line of revisions (the renumbering of
+    0003_session_model to 0004 after 0003_ingest): one head, one base, every revision reached."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert scripts.get_heads() == ["0004_session_model"]
+    assert scripts.get_bases() == ["0001"]
+    line = [s.revision for s in scripts.walk_revisions()]
+    assert line == ["0004_session_model", "0003_ingest", "0002", "0001"]
