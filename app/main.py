@@ -27,7 +27,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from app.store.db import make_engine, make_session_factory
+        from app.services.memo import AssemblyMemo
+        from app.store.db import make_engine, make_read_factory, make_session_factory
         from app.store.migrate import upgrade_head
         from app.tokenizers.loading import MeterRegistry
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
@@ -49,13 +50,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             token_cache = LocalLRUCache(settings.local_cache_bytes)
         meter_registry = MeterRegistry(token_cache)
-        from app.services.memo import AssemblyMemo, install_memo
-
-        install_memo(meter_registry, AssemblyMemo(max_bytes=settings.memo_bytes))
         app.state.token_cache = token_cache
         app.state.settings = settings
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
+        app.state.read_factory = make_read_factory(engine)
+        app.state.memo = AssemblyMemo(max_bytes=settings.memo_bytes)
+        # whether a compaction pass is due (app/services/requests.py PassDue): in-place
+        # tombstones wait for it; issue 10's watermark module sets it. None: never due.
+        app.state.pass_due = None
         app.state.profiles = registry
         app.state.meters = meter_registry
         app.state.tokenizer_ready = threading.Event()

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from app.domain.manifest import Item
+
 __all__ = [
     "DEFAULT_PRICES",
     "Observation",
@@ -216,7 +218,7 @@ def stale_pairs(observations: Iterable[Observation], revisions: Mapping[str, int
 
 
 def stale_items(observations: Iterable[Observation], revisions: Mapping[str, int],
-                items: Mapping[str, Mapping[str, Any]]) -> int:
+                items: Mapping[str, Item]) -> int:
     """Eq. 7 per item (issue 11): superseded observations (as in :func:`stale_pairs`) whose
     manifest item (``items``: call_id -> the item of its tool result, for the items the
     request carries) does not say ``state: historical`` naming a write of an artifact it
@@ -226,10 +228,10 @@ def stale_items(observations: Iterable[Observation], revisions: Mapping[str, int
     for obs in observations:
         newer = [(a, r, revisions.get(a, 0)) for a, r in obs.reads if revisions.get(a, 0) > r]
         item = items.get(obs.call_id)
-        if not newer or not obs.payload.strip() or item is None or item.get("zone") is None:
+        if not newer or not obs.payload.strip() or item is None or item.zone is None:
             continue
-        named = " ".join(item.get("superseded_by") or ())
-        if item.get("state") == "historical" and any(names_write(named, a, range(r + 1, cur + 1)) for a, r, cur in newer):
+        named = " ".join(item.superseded_by)
+        if item.state == "historical" and any(names_write(named, a, range(r + 1, cur + 1)) for a, r, cur in newer):
             continue
         stale += 1
     return stale

@@ -33,10 +33,17 @@ from typing import Any, Protocol
 
 from app.adapters import miniswe
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
+from app.domain.manifest import InvalidationReport, Item
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
 
 __all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "RequestView", "ServicePolicy",
            "get_policy"]
+
+
+def _new_memo() -> Any:
+    from app.services.memo import AssemblyMemo
+
+    return AssemblyMemo()
 
 
 @dataclass
@@ -49,6 +56,7 @@ class EvalContext:
     meters: Any  # app.tokenizers.loading.MeterRegistry
     session_factory: Any  # sqlalchemy.orm.sessionmaker
     profile: str
+    memo: Any = field(default_factory=_new_memo)  # AssemblyMemo: one per process, as on a server
 
     def unit_of_work(self) -> Any:
         """One transaction, committed on success (the API's unit of work)."""
@@ -78,8 +86,8 @@ class RequestView:
     input_limit: int
     handle_texts: Callable[[str], list[str]] = field(default=lambda text: [], repr=False)
     error: str | None = None
-    items: dict[str, dict[str, Any]] | None = None  # call_id -> manifest item of its result (service policies)
-    invalidation: dict[str, Any] | None = None  # the manifest's invalidation summary (service policies)
+    items: dict[str, Item] | None = None  # call_id -> manifest item of its result (service policies)
+    invalidation: InvalidationReport | None = None  # the manifest's invalidation summary (service policies)
 
 
 class PolicyRun(Protocol):
@@ -235,19 +243,19 @@ class _ServiceRun:
         from app.services.requests import assemble_request
 
         try:
-            with self.ctx.unit_of_work() as db:
-                out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai")
+            out = assemble_request(self.ctx.session_factory, self.ctx.profiles, self.ctx.meters, self.session_id,
+                                   fmt="openai", memo=self.ctx.memo)
         except PinnedOverBudget as exc:
             return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
                                input_limit=self.input_limit, error=str(exc))
         manifest = out.manifest
-        tokens = manifest["tokens"]
-        items = {str(i["call_id"]): dict(i) for i in manifest["items"] if i.get("kind") == "tool_result"}
+        tokens = manifest.tokens
+        items = {str(i.call_id): i for i in manifest.items if i.kind == "tool_result"}
         return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
-                           total=int(tokens["total"]), by_zone=dict(tokens["by_zone"]), by_role=dict(tokens["by_role"]),
-                           cached=int(manifest["cache"]["predicted_cached_tokens"]),
-                           input_limit=int(manifest["budget"]["input_limit"]), handle_texts=self.handle_texts,
-                           items=items, invalidation=dict(manifest.get("invalidation") or {}))
+                           total=tokens.total, by_zone=dict(tokens.by_zone), by_role=dict(tokens.by_role),
+                           cached=manifest.cache.predicted_cached_tokens,
+                           input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts,
+                           items=items, invalidation=manifest.invalidation)
 
 
 @dataclass(frozen=True)

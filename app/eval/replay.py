@@ -30,6 +30,7 @@ from typing import Any
 from app.adapters import miniswe
 from app.adapters.bash_effects import command_of
 from app.eval import metrics
+from app.domain.manifest import InvalidationReport
 from app.eval.policies import EvalContext, RequestView, get_policy
 from app.traces import resolve_trace, traces_dir
 
@@ -172,13 +173,12 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
     direct, via = metrics.grounding_hits(cands, text)
     if via < len(cands):
         direct, via = metrics.grounding_hits(cands, text, view.handle_texts(text))
-    inv = view.invalidation or {}
+    inv = view.invalidation or InvalidationReport()
     per_item = stale if view.items is None else metrics.stale_items(facts.observations, facts.revisions, view.items)
     return CallRecord(
-        stale_items=per_item, tombstones=int(inv.get("tombstones", 0)),
-        tombstone_tokens=int(inv.get("tombstone_tokens", 0)), replaced_tokens=int(inv.get("replaced_tokens", 0)),
-        noticed=int(inv.get("noticed", 0)), notice_tokens=int(inv.get("notice_tokens", 0)),
-        stale_tokens_kept=int(inv.get("stale_tokens_kept", 0)),
+        stale_items=per_item, tombstones=inv.tombstones, tombstone_tokens=inv.tombstone_tokens,
+        replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
+        stale_tokens_kept=inv.stale_tokens_kept,
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,
         uncached_tokens=view.total - view.cached, over_limit=view.total > view.input_limit,
         by_role=view.by_role, by_zone=view.by_zone,
