@@ -92,6 +92,35 @@ def _fingerprint(event: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
 
 
+# Optional fields added to the event schema after events were first stored (issue 11):
+# the fingerprints stored before them were taken without them.
+_ADDED_LATER: dict[str, tuple[str, ...]] = {"binding": ("ttl_seconds", "fetched_at")}
+
+
+def _canonical_event(event: dict[str, Any]) -> dict[str, Any]:
+    """What an event's idempotency fingerprint is taken of: the event with its unset
+    (None-valued) optional fields dropped, at the event's level and its binding's, so that
+    an omitted optional field and an explicit null are the same event and an optional
+    field added to the schema later does not change the form of events that do not use
+    it. Free-form objects (``conditions``, tool-call arguments) are kept as sent."""
+    out = {k: v for k, v in event.items() if v is not None}
+    if isinstance(out.get("binding"), dict):
+        out["binding"] = {k: v for k, v in out["binding"].items() if v is not None}
+    return out
+
+
+def _legacy_form(event: dict[str, Any]) -> dict[str, Any]:
+    """The form fingerprinted before :func:`_canonical_event` (events stored then): every
+    field of the validated event, None included, except the optional fields added since
+    when unset."""
+    out = dict(event)
+    for key, added in _ADDED_LATER.items():
+        nested = out.get(key)
+        if isinstance(nested, dict):
+            out[key] = {k: v for k, v in nested.items() if not (k in added and v is None)}
+    return out
+
+
 def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id: str, field: str) -> bytes:
     """``data`` if it is within ``max_bytes``; else PayloadTooLarge naming the event."""
     if max_bytes is not None and len(data) > max_bytes:
@@ -137,12 +166,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     seq = row.last_seq
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
-        digest = _fingerprint(event)
+        digest = _fingerprint(_canonical_event(event))
         where = {"index": index, "event_id": event_id}
         if event_id in existing or event_id in seen:
             prior_digest, prior = (existing[event_id].body_sha256, {"seq": existing[event_id].seq, "revision": existing[event_id].body.get("revision")}) \
                 if event_id in existing else seen[event_id]
-            if prior_digest != digest:
+            # an event stored before the canonical form was its fingerprint carries the legacy one
+            if prior_digest != digest and (event_id not in existing or prior_digest != _fingerprint(_legacy_form(event))):
                 raise EventConflict(f"event_id {event_id!r} was already used with a different body", **where)
             results.append({"event_id": event_id, "seq": prior["seq"], "status": "duplicate",
                             "revision": prior.get("revision") if kind == "artifact_write" else None})

@@ -5,6 +5,7 @@ artifact historical, the request shows them as a tombstone or with a notice nami
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -265,3 +266,48 @@ def test_consecutive_writes_offset_drift(client: TestClient) -> None:
         tool_contents(out["request"])["c1"]
     assert (t3["state"], t3["bindings"]) == ("current", ["pool.py@r2 lines 80:95"])
     assert out["manifest"]["invalidation"]["presented"] == ["pool.py@r2 lines 80:95"]
+
+
+def test_reposting_an_event_stored_before_the_binding_ttl_fields_is_a_duplicate(client: TestClient) -> None:
+    """Issue 11 added two optional binding fields (ttl_seconds, fetched_at). An event stored
+    before them carries the fingerprint of its validated body without them; re-posting it
+    identically was a 409 (its body now dumps them as null, so the fingerprints differed).
+    Now unset optional fields are not part of the canonical form: 200 duplicate, the same
+    seq; a different body is still a 409. (The row's fingerprint is set as the code before
+    issue 11 computed it.)"""
+    from sqlalchemy import text
+
+    from app.domain.layout import canonical_json
+
+    sid = new_session(client)
+    read = result("t1", "c1", "timeout: 30\n", binding={"artifact": "config.yaml", "kind": "file"})
+    assert post(client, sid, bash("a1", "c1", "cat config.yaml"), read).status_code == 200
+    # the validated body as the schema before issue 11 dumped it (every field, nulls included)
+    before = {"event_id": "t1", "kind": "tool_result", "call_id": "c1", "payload": "timeout: 30\n", "exit_code": 0,
+              "binding": {"artifact": "config.yaml", "kind": "file", "revision": None, "range": None,
+                          "content_hash": None}, "conditions": {}}
+    legacy = hashlib.sha256(canonical_json(before).encode("utf-8")).hexdigest()
+    with client.app.state.engine.begin() as conn:  # type: ignore[attr-defined]
+        changed = conn.execute(text("UPDATE events SET body_sha256 = :d WHERE session_id = :s AND event_id = 't1'"),
+                               {"d": legacy, "s": sid})
+        assert changed.rowcount == 1
+    again = post(client, sid, read)
+    assert again.status_code == 200, again.text
+    assert again.json()["results"] == [{"event_id": "t1", "seq": 2, "status": "duplicate", "revision": None}]
+    explicit = read | {"binding": read["binding"] | {"ttl_seconds": None, "fetched_at": None, "revision": None}}
+    assert post(client, sid, explicit).json()["results"][0]["status"] == "duplicate", "explicit nulls: the same event"
+    assert_problem(post(client, sid, read | {"payload": "timeout: 31\n"}), 409)
+    assert_problem(post(client, sid, read | {"binding": read["binding"] | {"ttl_seconds": 60}}), 409)
+
+
+def test_reposting_a_new_event_with_or_without_its_null_fields_is_a_duplicate(client: TestClient) -> None:
+    """Stored now (canonical form): omitted and explicit-null optional fields re-post as
+    duplicates; a TTL set on the re-post is a different event (409)."""
+    sid = new_session(client)
+    read = result("t1", "c1", "x\n", binding={"artifact": "a.py", "kind": "file", "range": None})
+    assert post(client, sid, bash("a1", "c1", "cat a.py"), read).status_code == 200
+    bare = result("t1", "c1", "x\n", binding={"artifact": "a.py", "kind": "file"})
+    assert post(client, sid, bare).json()["results"][0] == {"event_id": "t1", "seq": 2, "status": "duplicate",
+                                                            "revision": None}
+    assert_problem(post(client, sid, read | {"exit_code": None}), 409)  # null is not 0
+    assert_problem(post(client, sid, read | {"binding": bare["binding"] | {"ttl_seconds": 5}}), 409)
