@@ -140,7 +140,8 @@ def plan_request(
                           prev_ids=trusted.packed if prev_state else None, prev_chain=trusted.chain if prev_state else None)
     divergence = None
     if reuse.first_divergence_offset is not None and trusted is not None:
-        divergence = Divergence(**explain_divergence(trusted.layout, digest, reuse.first_divergence_offset))
+        divergence = _with_invalidation(Divergence(**explain_divergence(trusted.layout, digest,
+                                                                        reuse.first_divergence_offset)), assembly)
     cache = CacheReport(
         model=cache_model.kind, block_size=cache_model.block_size,
         predicted_cached_tokens=reuse.predicted_cached_tokens, uncached_tokens=m.total - reuse.predicted_cached_tokens,
@@ -189,6 +190,31 @@ def invalidation_options(session: Session, deferred: Sequence[int] = (), shown_u
     deferral of the layout state (``deferred``, ``shown_upto``) and ``pass_due``."""
     return InvalidationOptions(mode=str(session.metadata.get("invalidation", "auto")), pass_due=pass_due,
                                deferred=frozenset(deferred), shown_upto=shown_upto)
+
+
+def _with_invalidation(divergence: Divergence, assembly: Assembly) -> Divergence:
+    """``divergence`` with the reason invalidation gives when the leaf message it names
+    is a tool result now shown as a tombstone (seed 000 table 9: the in-place replacement
+    changes earlier tokens once) or now followed by an appended notice."""
+    if divergence.zone != "leaf" or divergence.seq is None:
+        return divergence
+    item = next((i for i in assembly.items if i.seq == divergence.seq), None)
+    if item is None or item.kind != "tool_result":
+        return divergence
+    if item.representation is Representation.TOMBSTONE:
+        reason = ("invalidation: a historical observation replaced in place by a tombstone naming the write that "
+                  "superseded it (seed 000 table 9)")
+    elif _notice_follows(assembly, divergence.seq):
+        reason = "invalidation: a notice naming a write appended after this tool result's turn (seed 000 table 9)"
+    else:
+        return divergence
+    return Divergence(zone=divergence.zone, seq=divergence.seq, token_offset=divergence.token_offset, reason=reason)
+
+
+def _notice_follows(assembly: Assembly, seq: int) -> bool:
+    """Whether the leaf message of ``seq`` carries an appended invalidation notice."""
+    message = next((m for m in assembly.conversation.leaf if m.seq == seq and m.role == "tool"), None)
+    return message is not None and "[ctxd notice:" in message.content.rsplit("<<<end-ctxd-data>>>", 1)[-1]
 
 
 def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,

@@ -311,3 +311,21 @@ def test_reposting_a_new_event_with_or_without_its_null_fields_is_a_duplicate(cl
                                                             "revision": None}
     assert_problem(post(client, sid, read | {"exit_code": None}), 409)  # null is not 0
     assert_problem(post(client, sid, read | {"binding": bare["binding"] | {"ttl_seconds": 5}}), 409)
+
+
+def test_the_tombstones_prefix_break_is_reported_as_invalidation(client: TestClient) -> None:
+    """The r0 read served verbatim, then the write and the r1 read: the next request
+    replaces the r0 read in place, and its cache report says why (before: "leaf message
+    re-rendered in place (a pending tool call got its result)")."""
+    sid = new_session(client)
+    assert post(client, sid, bash("a1", "c1", "cat config.yaml"),
+                result("t1", "c1", "timeout: 30\n", binding={"artifact": "config.yaml", "kind": "file"})
+                ).status_code == 200
+    assert item(request(client, sid)["manifest"], "t1")["representation"] == "verbatim"
+    assert post(client, sid, bash("a2", "c2", "sed -i 's/30/60/' config.yaml"), write("w1", "config.yaml"),
+                result("t2", "c2", "")).status_code == 200
+    manifest = request(client, sid)["manifest"]
+    assert item(manifest, "t1")["representation"] == "tombstone"
+    divergence = manifest["cache"]["first_divergence"]
+    assert (divergence["zone"], divergence["seq"]) == ("leaf", item(manifest, "t1")["seq"])
+    assert divergence["reason"].startswith("invalidation: a historical observation replaced in place by a tombstone")
