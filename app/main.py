@@ -56,6 +56,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = make_session_factory(engine)
         app.state.read_factory = make_read_factory(engine)
         app.state.memo = AssemblyMemo(max_bytes=settings.memo_bytes)
+        # whether a compaction pass is due (app/services/requests.py PassDue): in-place
+        # tombstones wait for it; issue 10's watermark module sets it. None: never due.
+        app.state.pass_due = None
         app.state.profiles = registry
         app.state.meters = meter_registry
         app.state.tokenizer_ready = threading.Event()

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session as OrmSession
 
 from app.services.memo import AssemblyMemo
+from app.services.requests import PassDue
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -46,8 +47,14 @@ def memo(request: Request) -> AssemblyMemo:
     return request.app.state.memo  # type: ignore[no-any-return]
 
 
+def pass_due(request: Request) -> PassDue | None:
+    """The compaction signal for invalidation's deferral (``app.state.pass_due``)."""
+    return getattr(request.app.state, "pass_due", None)
+
+
 Uow = Annotated[UnitOfWork, Depends(UnitOfWork)]
 Db = Annotated[Database, Depends(Database)]
 Memo = Annotated[AssemblyMemo, Depends(memo)]
 Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]
+PassDueSignal = Annotated[PassDue | None, Depends(pass_due)]

@@ -20,6 +20,9 @@ from app.domain.compaction.fold import Fold, check_pass, fold_bounds, fold_recor
 from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
+from app.domain.framing import frame, revision_attribute
+from app.domain.invalidation import build_graph
+from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -31,12 +34,22 @@ from app.domain.layout import (
     render_contract,
     tool_arguments,
 )
-from app.domain.manifest import EventRange, Item, Representation, Transform
+from app.domain.manifest import (
+    EventRange,
+    InvalidationChoice,
+    InvalidationReport,
+    Item,
+    NoticeRef,
+    Representation,
+    Transform,
+    WriteRef,
+)
 from app.domain.notes import note_items
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
+    Binding,
     Event,
     MessageEvent,
     Session,
@@ -91,6 +104,7 @@ class Assembly:
     ranges: tuple[EventRange, ...] = field(default=())  # older events, accounted together
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
     record: ProgressRecord | None = None  # the trunk's progress record (select), None under window
+    invalidation: InvalidationReport = field(default_factory=InvalidationReport)  # the manifest's summary
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -440,9 +454,11 @@ def unsent_reason(group: TurnGroup) -> str | None:
 
 
 def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], render_reasoning: bool,
-                   control: Sequence[str]) -> list[LeafMessage]:
+                   control: Sequence[str], bindings: Mapping[int, tuple[Binding, ...]] | None = None) -> list[LeafMessage]:
     """The group's leaf messages; every text in them (content, reasoning, tool-call names
-    and arguments, tool output with its header) has its control strings neutralised."""
+    and arguments, tool output with its header) has its control strings neutralised. Each
+    tool output is framed as untrusted data with its source and the revisions it read
+    (``bindings`` by result seq; :mod:`app.domain.framing`)."""
     message = group.message
     resolved = {r.call_id for r in group.results}
     broken = 0
@@ -467,7 +483,9 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
                                seq=message.seq, neutralised=broken))
     for result in group.results:
         broken = bounded[result.handle].neutralised  # the header (exception text) is checked here
-        content = clean(observation_text(result, bounded[result.handle].text))
+        framed, _ = frame(observation_text(result, bounded[result.handle].text), tool=names[result.call_id],
+                          call_id=result.call_id, bindings=(bindings or {}).get(result.seq, ()))
+        content = clean(framed)
         out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
                                seq=result.seq, neutralised=broken))
     return out
@@ -511,11 +529,83 @@ def folded_why(seq: int, previous_cut_seq: int, cut_seq: int) -> str:
     return f"folded into the progress record by an earlier pass (fold point seq {previous_cut_seq} or before)"
 
 
-def _result_key(result: ToolResultEvent) -> tuple[Any, ...]:
+def _result_key(result: ToolResultEvent, bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Any, ...]:
     """What a tool message's text depends on besides the meter and the cap."""
     exception = result.conditions.get("exception_info") if result.conditions else None
     return (result.seq, result.call_id, result.handle, result.payload, result.exit_code,
-            str(exception) if exception else None)
+            str(exception) if exception else None, bindings.get(result.seq, ()))
+
+
+def _invalidation_fields(seq: int, plan: InvalidationPlan, meter: TokenMeter | None, shown: str,
+                         summary: dict[str, int] | None) -> dict[str, Any]:
+    """The :class:`Item` fields of a tool result's state (issue 11): ``state`` (current,
+    historical, possibly_stale, unknown), for a historical one ``superseded_by`` (the
+    writes, ``path@rN``) and ``write`` (the first), ``fetched_at`` / ``expires_at`` for a
+    binding with a TTL and, when it is in the request (``meter`` given; ``shown`` its
+    text before the plan), ``invalidation``: the choice (tombstone, notice, deferred), its
+    tokens and its cache effect, with ``representation`` and ``why`` for it. ``summary``
+    accumulates the request's counts (:class:`InvalidationReport` fields)."""
+    state = plan.states.get(seq)
+    if state is None:
+        return {}
+    out: dict[str, Any] = {"state": state.state}
+    if state.superseded:
+        out["superseded_by"] = tuple(state.writes)
+        first = min(state.superseded, key=lambda x: x.change.seq).change
+        out["write"] = WriteRef(artifact=first.artifact, revision=first.revision, seq=first.seq,
+                                event_id=first.event_id, cause=first.cause)
+    if state.fetched_at is not None:
+        out["fetched_at"] = float(state.fetched_at)
+        out["expires_at"] = None if state.expires_at is None else float(state.expires_at)
+    choice = plan.choices.get(seq)
+    if choice is None or meter is None or summary is None:
+        return out
+    old_tokens = meter.count_text(shown)
+    summary["historical"] += state.state == "historical"
+    if choice.choice == "tombstone":
+        tokens = meter.count_text(choice.text or "")
+        summary["tombstones"] += 1
+        summary["tombstone_tokens"] += tokens
+        summary["replaced_tokens"] += old_tokens
+        out["representation"] = Representation.TOMBSTONE
+        out["why"] = "historical: a superseded read of an artifact the agent is editing, replaced in place"
+        out["invalidation"] = InvalidationChoice(
+            choice="tombstone", tokens=tokens, replaced_tokens=old_tokens,
+            cache="in place: the request diverges from the previous one at this message on the call that first "
+                  "shows the tombstone; later calls reuse it")
+    else:
+        summary["noticed"] += 1
+        summary["stale_tokens_kept"] += old_tokens
+        out["why"] = ("historical: inert history, kept with a notice naming the write" if choice.choice == "notice"
+                      else "historical: tombstone deferred to the next trunk rewrite (a pass is due); a notice "
+                           "names the write meanwhile") if state.state == "historical" \
+            else "possibly stale: its TTL has passed; a notice gives its fetch time"
+        out["invalidation"] = InvalidationChoice(
+            choice=choice.choice, stale_tokens_kept=old_tokens,
+            cache="appended: earlier tokens unchanged (the prefix is kept); the stale text stays in the request")
+    return out
+
+
+def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: InvalidationPlan,
+                       notices: Sequence[str], control: Sequence[str]) -> tuple[LeafMessage, ...]:
+    """The group's leaf messages with the plan applied (seed 000 table 9): a tombstoned
+    result's content replaced in place by its tombstone, and ``notices`` (those anchored
+    after this group) appended: to the group's last tool message when it ends with one,
+    else as a user message after it. ctxd's texts have their control strings neutralised
+    (artifact names come from clients)."""
+    out = []
+    for m in messages:
+        choice = plan.choices.get(m.seq) if m.role == "tool" and m.seq is not None else None
+        if choice is not None and choice.text is not None:
+            m = replace(m, content=neutralise_control_text(choice.text, control)[0])
+        out.append(m)
+    if notices:
+        text = neutralise_control_text("\n".join(notices), control)[0]
+        if out and out[-1].role == "tool":
+            out[-1] = replace(out[-1], content=out[-1].content + "\n\n" + text)
+        else:
+            out.append(LeafMessage(role="user", content=text))
+    return tuple(out)
 
 
 def assemble_window(
@@ -530,6 +620,7 @@ def assemble_window(
     leaf_cache: MutableMapping[Any, Any] | None = None,
     payload_tokens: Mapping[str, int] | None = None,
     fold: Fold | None = None,
+    invalidation: InvalidationOptions | None = None,
 ) -> Assembly:
     """Select and lay out the next request under the window policy.
 
@@ -560,12 +651,24 @@ def assemble_window(
     older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
     (:func:`fit_newest_group`); the request then fits with it present or a 422 names it.
 
+    Invalidation (seed 000 section 4.7): the events' bindings and writes form the
+    dependency graph (:mod:`app.domain.invalidation`); every historical observation in the
+    leaf is shown as :func:`app.domain.supersession.plan_invalidation` chooses under
+    ``invalidation`` (tombstone in place, or an appended notice naming ``path@rN``), and
+    its manifest item says ``state: historical`` with the write that superseded it. A
+    request that evicts (so rewrites the trunk) applies the deferred tombstones.
+
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
         NewestGroupOverBudget: the newest turn group cannot fit even with each of its
             results cut to its marker.
     """
     groups, step, writes = build_turn_groups(events)
+    options = invalidation or InvalidationOptions()
+    graph = build_graph(events)
+    bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, deferred=options.deferred,
+                             shown_upto=options.shown_upto)
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
     bounded: dict[str, BoundedResult] = {}
     sizes: dict[str, tuple[int, int]] = {}
@@ -582,14 +685,32 @@ def assemble_window(
                 sizes[result.handle] = (b.payload_bytes, b.payload_lines)
 
     # each group's leaf messages, built once (and, with a leaf_cache, once per session)
-    leaf_groups: list[tuple[LeafMessage, ...]] = []
+    raw_groups: list[tuple[LeafMessage, ...]] = []
     for group in groups:
         key = ("leaf", meter, item_cap_tokens, render_reasoning, group.message,
-               tuple(_result_key(r) for r in group.results))
+               tuple(_result_key(r, bindings) for r in group.results))
         messages = cache.get(key)
         if messages is None:
-            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
-        leaf_groups.append(messages)
+            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings,
+                                                         bindings))
+        raw_groups.append(messages)
+
+    def anchored(current: InvalidationPlan) -> dict[int, list[str]]:
+        """Notices by the index of the group they follow: the last group starting before
+        the event that triggered them (the newest group when they first show)."""
+        out: dict[int, list[str]] = {}
+        for notice in current.notices:
+            index = next((i for i in range(len(groups) - 1, -1, -1) if groups[i].first_seq < notice.anchor_seq), -1)
+            if index >= 0:
+                out.setdefault(index, []).append(notice.text)
+        return out
+
+    def with_plan(current: InvalidationPlan) -> list[tuple[LeafMessage, ...]]:
+        notes = anchored(current)
+        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings)
+                if current.choices or i in notes else m for i, (g, m) in enumerate(zip(groups, raw_groups))]
+
+    leaf_groups = with_plan(plan)
 
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
     # honoured); later groups send nothing (dropped, or pending calls without text).
@@ -668,7 +789,9 @@ def assemble_window(
             group = groups[newest]
 
             def measure_with(group_bounded: Mapping[str, BoundedResult]) -> tuple[Conversation, Measurement]:
-                return build(newest, tuple(_leaf_messages(group, group_bounded, render_reasoning, meter.control_strings)))
+                messages = _leaf_messages(group, group_bounded, render_reasoning, meter.control_strings, bindings)
+                return build(newest, apply_invalidation(group, messages, plan, anchored(plan).get(newest, ()),
+                                                        meter.control_strings))
 
             try:
                 fitted = fit_newest_group(group, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
@@ -681,6 +804,15 @@ def assemble_window(
             conversation, measurement = fitted.conversation, fitted.measurement
         elif measurement.total > budget.input_limit:
             check_pinned(budget, dict(measurement.by_role), measurement.total)
+    if k > first_kept and plan.deferred and fitted is None:
+        # this request rewrites the trunk anyway: the deferred tombstones replace their outputs now
+        plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, trunk_rewrite=True,
+                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto)
+        leaf_groups = with_plan(plan)
+        conversation, measurement = build(k)
+        while measurement.total > budget.input_limit and k < newest:
+            k += 1
+            conversation, measurement = build(k)
     cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
@@ -713,6 +845,10 @@ def assemble_window(
                 "index payload; superseded steps and artifact writes before them" if fold is None else
                 f"{older} oldest turn groups folded into the progress record by earlier passes (listed by seq in the "
                 "record, their handles in its index payload), with the writes, notes and steps before them"))
+    notes = anchored(plan)
+    summary = {"historical": 0, "tombstones": 0, "tombstone_tokens": 0, "replaced_tokens": 0, "noticed": 0,
+               "stale_tokens_kept": 0}
+    presented: set[str] = set()
     items: list[Item] = []
     elided: list[Item] = []
     for index, group in enumerate(groups[older:], start=older):
@@ -725,12 +861,15 @@ def assemble_window(
             if result is not None and b is not None:
                 known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
                           "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
+                if bindings.get(result.seq):
+                    known["bindings"] = tuple(revision_attribute(bindings[result.seq]).split(", "))
             if not kept and fold is not None:
                 elided.append(Item(**known, zone="trunk", representation=Representation.FOLDED,
                                    why=folded_why(group.first_seq, previous_cut_seq, cut_seq)))
             elif not kept:
                 elided.append(Item(**known, zone="trunk", representation=Representation.ELIDED,
-                                   why="oldest complete turn group evicted to fit the budget (eq. 1)"))
+                                   why="oldest complete turn group evicted to fit the budget (eq. 1)",
+                                   **(_invalidation_fields(result.seq, plan, None, "", None) if result else {})))
             elif result is not None and b is not None:
                 newest_fitted = fitted is not None and index == newest
                 if fitted is not None and newest_fitted:
@@ -741,7 +880,12 @@ def assemble_window(
                            f"{fitted.share_tokens} tokens" + (" (head + tail)" if span else ""))
                 else:
                     why = "recent observation" + (" (over the per-item cap: head + tail)" if span else "")
-                items.append(Item(**known, zone="leaf", representation=b.representation, why=why,
+                shown = next((m.content for m in raw_groups[index] if m.role == "tool" and m.seq == result.seq), "")
+                fields: dict[str, Any] = {"representation": b.representation, "why": why}
+                fields |= _invalidation_fields(result.seq, plan, meter, shown, summary)
+                if fields.get("state") == "current":
+                    presented.update(x for x in known.get("bindings", ()) if "@r" in x)
+                items.append(Item(**known, zone="leaf", **fields,
                                   elided_tokens=(b.elided_tokens or 0) if span else 0,
                                   elided_bytes=span.bytes if span else None,
                                   elided_lines=(span.first_line, span.last_line) if span else None))
@@ -789,7 +933,17 @@ def assemble_window(
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")
+    tombstoned = [c.key for c in plan.choices.values() if c.choice == "tombstone"]
+    report = InvalidationReport(
+        mode=options.mode, pass_due=options.pass_due, deferred=tuple(sorted(plan.deferred)),
+        shown_upto=max([options.shown_upto, *tombstoned]),
+        notices=tuple(NoticeRef(after_seq=groups[i].first_seq, tokens=meter.count_text(text))
+                      for i, texts in sorted(notes.items()) if i >= k for text in texts),
+        # the revisions the request presents as current (what an action planned on it assumes;
+        # a tool runner checks them with POST /preconditions, seed 000 section 4.7.2)
+        presented=tuple(sorted(presented)), **summary)
     return Assembly(
+        invalidation=report,
         conversation=conversation,
         measurement=measurement,
         budget=budget,

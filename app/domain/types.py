@@ -55,13 +55,21 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Binding:
-    """Eq. 5: what an observation read: ``(artifact, kind, revision, range, content_hash)``."""
+    """Eq. 5: what an observation read: ``(artifact, kind, revision, range, content_hash)``.
+
+    ``kind``: ``file`` (a source excerpt), ``external`` (a resource outside the workspace,
+    may carry ``ttl_seconds``), ``unknown`` (the command's effect could not be inferred),
+    or another client-chosen word. ``fetched_at``: epoch seconds of the read (the server
+    stamps the event's time on an ``external`` binding that has none); ``ttl_seconds``:
+    seconds after which an ``external`` binding is possibly stale (seed 000 section 4.7.2)."""
 
     artifact: str
     kind: str
     revision: int
     range: str | None = None
     content_hash: str | None = None
+    ttl_seconds: float | None = None
+    fetched_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ class MessageEvent:
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     kind: Literal["message"] = "message"
+    at: float | None = None  # the server's time of the event (epoch seconds) when loaded from storage
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,7 @@ class ToolResultEvent:
     binding: Binding | None = None
     conditions: dict[str, Any] = field(default_factory=dict)
     kind: Literal["tool_result"] = "tool_result"
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,7 @@ class ArtifactWriteEvent:
     revision: int
     content_hash: str | None = None
     kind: Literal["artifact_write"] = "artifact_write"
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,7 @@ class StepEvent:
     event_id: str
     text: str
     kind: Literal["step"] = "step"
+    at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ predicts prefix reuse with the same cache model, so the numbers compare directly
   path, fed the events with inferred read bindings and artifact writes
   (``trajectory_events(infer_bindings=True)``): compaction passes at the profile's
   watermarks fold older turn groups into the trunk's progress record (issue 10).
+* ``select-tombstone`` / ``select-notice``: ``select`` with one representation rule for
+  every superseded observation (session ``metadata.invalidation``), to measure the token
+  and cache effect of tombstones against appended notices.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, Protocol
 from app.adapters import miniswe
 from app.domain.compaction.record import render_record
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
+from app.domain.manifest import InvalidationReport, Item
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
 
 __all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "RequestView", "ServicePolicy",
@@ -84,6 +88,8 @@ class RequestView:
     error: str | None = None
     compaction_pass: bool = False  # this request ran a compaction pass (select) or an eviction (window)
     trunk_text: str = ""  # the trunk (contract + progress record) when a record is in it
+    items: dict[str, Item] | None = None  # call_id -> manifest item of its result (service policies)
+    invalidation: InvalidationReport | None = None  # the manifest's invalidation summary (service policies)
 
 
 class PolicyRun(Protocol):
@@ -188,8 +194,8 @@ _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{12,64}(?![0-9a-f])")
 
 
 class _ServiceRun:
-    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, *, policy: str,
-                 setting: SweepSetting | None = None) -> None:
+    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, invalidation: str = "auto", *,
+                 policy: str = "select", setting: SweepSetting | None = None) -> None:
         from app.api.schemas import SessionCreate
         from app.services import sessions as session_service
 
@@ -197,7 +203,10 @@ class _ServiceRun:
         self.policy = policy
         limit = ctx.profiles.get(ctx.profile).budget.input_limit
         self.watermarks = setting.watermarks(limit) if setting is not None else None
-        body = SessionCreate.model_validate(miniswe.session_create_body(traj, profile=ctx.profile))
+        create = miniswe.session_create_body(traj, profile=ctx.profile)
+        if invalidation != "auto":
+            create["metadata"] = {**create.get("metadata", {}), "invalidation": invalidation}
+        body = SessionCreate.model_validate(create)
         with ctx.unit_of_work() as db:
             self.session_id = session_service.create_session(
                 db, ctx.profiles, profile=body.profile or ctx.profile, contract=body.contract.model_dump(),
@@ -248,12 +257,14 @@ class _ServiceRun:
         manifest = out.manifest
         tokens = manifest.tokens
         record = out.assembly.record
+        items = {str(i.call_id): i for i in manifest.items if i.kind == "tool_result"}
         return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
                            total=tokens.total, by_zone=dict(tokens.by_zone), by_role=dict(tokens.by_role),
                            cached=manifest.cache.predicted_cached_tokens,
                            input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts,
                            compaction_pass=out.assembly.evicted_now > 0,
-                           trunk_text=render_record(record, with_contract=False) if record is not None else "")
+                           trunk_text=render_record(record, with_contract=False) if record is not None else "",
+                           items=items, invalidation=manifest.invalidation)
 
 
 @dataclass(frozen=True)
@@ -263,10 +274,12 @@ class ServicePolicy:
 
     name: str
     infer_bindings: bool
+    invalidation: str = "auto"  # how superseded observations are shown (session metadata.invalidation)
     setting: SweepSetting | None = None  # select with these watermarks instead of the profile's
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
-        return _ServiceRun(traj, ctx, policy="select" if self.setting is not None else self.name, setting=self.setting)
+        return _ServiceRun(traj, ctx, self.invalidation, policy="window" if self.name == "window" else "select",
+                           setting=self.setting)
 
 
 @dataclass(frozen=True)
@@ -313,6 +326,10 @@ POLICIES: dict[str, Policy] = {
     "append": AppendPolicy(),
     "window": ServicePolicy("window", infer_bindings=False),
     "select": ServicePolicy("select", infer_bindings=True),
+    # select with one representation rule for every superseded observation (seed 000 table 9):
+    # the tombstone-versus-notice token and cache effect is select-tombstone against select-notice
+    "select-tombstone": ServicePolicy("select-tombstone", infer_bindings=True, invalidation="tombstone"),
+    "select-notice": ServicePolicy("select-notice", infer_bindings=True, invalidation="notice"),
 }
 
 

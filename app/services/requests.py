@@ -45,6 +45,11 @@ from app.wire import openai as openai_wire
 from app.wire import tokens as tokens_wire
 
 FORMATS = ("openai", "anthropic", "tokens")
+
+#: Whether a trunk rewrite (a compaction pass) is due within a few calls, judged on what a
+#: GET loaded (issue 10's watermarks; ``app.state.pass_due``, None: never). A function of
+#: the loaded state and events only, so every worker judges alike.
+PassDue = Callable[[SessionState, Sequence[Event]], bool]
 MAX_PLAN_ATTEMPTS = 4  # plans per GET when other workers keep moving the layout state
 
 _ZONES = {
@@ -274,7 +279,8 @@ def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = N
 
 def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
                      session_id: str, *, fmt: str = "openai", memo: AssemblyMemo,
-                     read_factory: sessionmaker[OrmSession] | None = None, policy: str = "select",
+                     read_factory: sessionmaker[OrmSession] | None = None,
+                     pass_due: PassDue | None = None, policy: str = "select",
                      watermarks: Watermarks | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
@@ -283,7 +289,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
     app's assembly memo (``app.state.memo``). ``policy``: ``select`` (GET /request's
     default: compaction passes into the progress record, saved with the layout state) or
     ``window`` (the evaluation's baseline); ``watermarks``: select's settings instead of
-    the profile's (the ``ctxd eval`` sweep).
+    the profile's (the ``ctxd eval`` sweep). ``pass_due``: the compaction signal the
+    planner passes to invalidation (:data:`PassDue`; None: no pass is ever due).
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
@@ -307,7 +314,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
-                            payload_tokens=loaded.payload_tokens)
+                            payload_tokens=loaded.payload_tokens,
+                            pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else False)
         with unit_of_work(factory) as db:
             saved = save(db, plan, loaded.base)
             if saved is None:

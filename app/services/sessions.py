@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from datetime import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, ContextManager
 
@@ -12,10 +13,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
+from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
 from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
-from app.store.tables import ArtifactRow, SessionRow
+from app.store.tables import ArtifactRow, SessionRow, utcnow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 from app.observability import metrics
@@ -90,6 +92,35 @@ def _fingerprint(event: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
 
 
+# Optional fields added to the event schema after events were first stored (issue 11):
+# the fingerprints stored before them were taken without them.
+_ADDED_LATER: dict[str, tuple[str, ...]] = {"binding": ("ttl_seconds", "fetched_at")}
+
+
+def _canonical_event(event: dict[str, Any]) -> dict[str, Any]:
+    """What an event's idempotency fingerprint is taken of: the event with its unset
+    (None-valued) optional fields dropped, at the event's level and its binding's, so that
+    an omitted optional field and an explicit null are the same event and an optional
+    field added to the schema later does not change the form of events that do not use
+    it. Free-form objects (``conditions``, tool-call arguments) are kept as sent."""
+    out = {k: v for k, v in event.items() if v is not None}
+    if isinstance(out.get("binding"), dict):
+        out["binding"] = {k: v for k, v in out["binding"].items() if v is not None}
+    return out
+
+
+def _legacy_form(event: dict[str, Any]) -> dict[str, Any]:
+    """The form fingerprinted before :func:`_canonical_event` (events stored then): every
+    field of the validated event, None included, except the optional fields added since
+    when unset."""
+    out = dict(event)
+    for key, added in _ADDED_LATER.items():
+        nested = out.get(key)
+        if isinstance(nested, dict):
+            out[key] = {k: v for k, v in nested.items() if not (k in added and v is None)}
+    return out
+
+
 def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id: str, field: str) -> bytes:
     """``data`` if it is within ``max_bytes``; else PayloadTooLarge naming the event."""
     if max_bytes is not None and len(data) > max_bytes:
@@ -136,12 +167,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     seq = row.last_seq
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
-        digest = _fingerprint(event)
+        digest = _fingerprint(_canonical_event(event))
         where = {"index": index, "event_id": event_id}
         if event_id in existing or event_id in seen:
             prior_digest, prior = (existing[event_id].body_sha256, {"seq": existing[event_id].seq, "revision": existing[event_id].body.get("revision")}) \
                 if event_id in existing else seen[event_id]
-            if prior_digest != digest:
+            # an event stored before the canonical form was its fingerprint carries the legacy one
+            if prior_digest != digest and (event_id not in existing or prior_digest != _fingerprint(_legacy_form(event))):
                 raise EventConflict(f"event_id {event_id!r} was already used with a different body", **where)
             results.append({"event_id": event_id, "seq": prior["seq"], "status": "duplicate",
                             "revision": prior.get("revision") if kind == "artifact_write" else None})
@@ -174,9 +206,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
             body["handle"] = repo.put_payload(db, data)
             new_outputs.append(body["handle"])
-            binding = body.get("binding")
-            if binding is not None and binding.get("revision") is None:
-                binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])
+            _bind_reads(db, session_id, body, where)
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"])
             body["revision"] = revision
@@ -196,6 +226,44 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     row.last_seq = seq
     db.flush()
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
+    """Give a tool result's binding and each ``conditions["reads"]`` entry the server's
+    revision (:func:`app.domain.invalidation.resolve_read`): the current one when omitted;
+    a content hash contradicting the recorded one bumps the artifact (an external change);
+    an ``external`` binding without ``fetched_at`` gets the event's time (epoch seconds).
+    Raises InvalidEvent (422) for a revision from the future."""
+    reads = (body.get("conditions") or {}).get("reads")
+    entries = [body["binding"]] if body.get("binding") else []
+    entries += [r for r in reads if isinstance(r, dict) and isinstance(r.get("artifact"), str)] \
+        if isinstance(reads, list) else []
+    for entry in entries:
+        if entry.get("kind") == UNKNOWN_KIND:
+            entry["revision"] = 0
+            continue
+        artifact = entry["artifact"]
+        revision = entry.get("revision")
+        if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's revision must be an "
+                               f"integer >= 0, got {revision!r}", **where)
+        current = repo.artifact_revision(db, session_id, artifact)
+        recorded = repo.artifact_content_hash(db, session_id, artifact, current) \
+            if entry.get("content_hash") is not None else None
+        try:
+            resolved = resolve_read(artifact, current, recorded, revision=revision,
+                                    content_hash=entry.get("content_hash"))
+        except InvalidEvent as exc:
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,
+                               **exc.extra) from None
+        if resolved.external:
+            repo.bump_artifact(db, session_id, artifact)
+            entry["external_change"] = True
+        entry["revision"] = resolved.revision
+        if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
+            entry["fetched_at"] = utcnow().timestamp()
+        elif isinstance(entry.get("fetched_at"), str):
+            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"].replace("Z", "+00:00")).timestamp()
 
 
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority

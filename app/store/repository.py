@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from datetime import timezone
+from typing import Any, Iterable, Sequence
 
 import orjson
 from sqlalchemy import JSON, bindparam, func, select, update
@@ -75,7 +76,8 @@ def session_from_row(row: SessionRow) -> Session:
 _SESSION_STATE = (
     select(SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
            SessionRow.meta, SessionRow.model, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq,
-           LayoutStateRow.passes, PrefixStateRow.state)
+           LayoutStateRow.deferred, LayoutStateRow.shown_upto, LayoutStateRow.passes,
+           PrefixStateRow.state)
     .outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
     .outerjoin(PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == bindparam("fmt")))
     .where(SessionRow.id == bindparam("sid"))
@@ -89,10 +91,13 @@ def load_session_state(db: OrmSession, session_id: str,
     row = db.execute(_SESSION_STATE, {"sid": session_id, "fmt": fmt}).first()
     if row is None:
         return None
-    sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, passes, previous = row
+    sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, deferred, shown_upto, passes,\
+        previous = row
+    layout = LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0),
+                         deferred=tuple(sorted(int(s) for s in deferred or ())), shown_upto=int(shown_upto or 0),
+                         passes=int(passes or 0))
     state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
-                         layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0), passes=int(passes or 0)),
-                         model=model)
+                         layout=layout, model=model)
     return state, previous_request(previous)
 
 
@@ -102,7 +107,7 @@ def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict
                      meta=metadata, model=model, last_seq=0)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
-    db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0))
+    db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0, deferred=[], shown_upto=0))
     db.flush()
     return row
 
@@ -286,29 +291,43 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
 
 def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     body = row.body
+    created = row.created_at
+    at = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else None
     if row.kind == "message":
         return MessageEvent(
             seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",
             handle=body["handle"], reasoning=body.get("reasoning"),
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
+            at=at,
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
         return ToolResultEvent(
             seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
             handle=body["handle"], exit_code=body.get("exit_code"),
-            binding=Binding(**binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            binding=binding_from_json(binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            at=at,
         )
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
-                                  revision=body["revision"], content_hash=body.get("content_hash"))
+                                  revision=body["revision"], content_hash=body.get("content_hash"), at=at)
     if row.kind == "hypothesis":
         return HypothesisEvent(seq=row.seq, event_id=row.event_id, key=body["key"], text=body["text"],
                                status=body["status"], depends_on=tuple(body.get("depends_on") or ()))
     if row.kind == "obligation":
         return ObligationEvent(seq=row.seq, event_id=row.event_id, key=body["key"], text=body["text"],
                                status=body["status"])
-    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
+    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"], at=at)
+
+
+def binding_from_json(data: dict[str, Any]) -> Binding:
+    """A stored binding (eq. 5) as a domain value; keys the value does not hold (e.g.
+    ``external_change``) stay in the stored body only."""
+    revision = data.get("revision")
+    return Binding(artifact=data["artifact"], kind=data.get("kind") or "file",
+                   revision=int(revision) if revision is not None else -1, range=data.get("range"),
+                   content_hash=data.get("content_hash"), ttl_seconds=data.get("ttl_seconds"),
+                   fetched_at=data.get("fetched_at"))
 
 
 _EVENTS = (
@@ -460,13 +479,10 @@ def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest 
 
 _LAYOUT_CAS = (update(LayoutStateRow.__table__)
                .where(LayoutStateRow.session_id == bindparam("sid"), LayoutStateRow.version == bindparam("expected"))
-               .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"), passes=bindparam("passes"),
-                       updated_at=bindparam("now")))
-_LAYOUT_CAS_RECORD = (update(LayoutStateRow.__table__)
-                      .where(LayoutStateRow.session_id == bindparam("sid"),
-                             LayoutStateRow.version == bindparam("expected"))
-                      .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"), passes=bindparam("passes"),
-                              record=bindparam("record", type_=JSON()), updated_at=bindparam("now")))
+               .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"),
+                       deferred=bindparam("new_deferred", type_=JSON), shown_upto=bindparam("new_shown"),
+                       passes=bindparam("passes"), updated_at=bindparam("now")))
+_LAYOUT_CAS_RECORD = _LAYOUT_CAS.values(record=bindparam("record", type_=JSON()))
 
 
 def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutState, new: LayoutState, *,
@@ -475,7 +491,7 @@ def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutStat
     given) if the stored layout state is still ``expected`` (same version); True when
     written. Another worker's change in between makes it False."""
     params = {"sid": session_id, "expected": expected.version, "new_version": new.version, "new_cut": new.cut_seq,
-              "passes": new.passes, "now": utcnow()}
+              "new_deferred": list(new.deferred), "new_shown": new.shown_upto, "passes": new.passes, "now": utcnow()}
     if record is not None:
         done = db.execute(_LAYOUT_CAS_RECORD, params | {"record": record})
     else:

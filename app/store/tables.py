@@ -41,8 +41,12 @@ class LayoutStateRow(Base):
     session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
     version: Mapped[int] = mapped_column(Integer, default=0)
     cut_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # invalidation's deferral (issue 11, migration 0007): change seqs whose tombstones wait for
+    # the next trunk rewrite, and the latest change seq whose tombstones were shown
+    deferred: Mapped[list[int]] = mapped_column(JSON, default=list)
+    shown_upto: Mapped[int] = mapped_column(Integer, default=0)
     passes: Mapped[int] = mapped_column(Integer, default=0)
-    # the progress record the state's fold point gives (select; seed 000 table 7), as JSON
+    # the progress record (migration 0008) the state's fold point gives (select; seed 000 table 7), as JSON
     record: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

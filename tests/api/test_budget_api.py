@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.domain.framing import unframe
 from app.main import create_app
 from app.settings import Settings
 from tests.api.test_api import assert_problem, new_session, post
@@ -110,17 +111,19 @@ def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClien
     evicted, the newest turn and its 10 results stay verbatim (21222 tokens). Under select
     (issue 10, GET /request's default): the four older turns are folded into the trunk's
     progress record (each result's command, exit status, size and handle), the newest turn
-    and its 10 results stay verbatim: 21296 tokens (over T_hi, but the newest group is
-    never folded; within 28160; T_hi = 8448). The trunk names each turn's and each result's handle."""
+    and its 10 results stay verbatim: 21296 tokens (+ 29 per framed output since issue 11 = 21586) (over T_hi, but the newest group is
+    never folded; within 28160; T_hi = 8448; each output framed as untrusted data, issue 11). The
+    trunk names each turn's and each result's handle."""
     sid = ten_results_session(client, "qwen3")
     r = client.get(f"/v1/sessions/{sid}/request")
     assert r.status_code == 200, r.text
     body, manifest = r.json()["request"], r.json()["manifest"]
     leaf = body["messages"][2:]
     assert [m["role"] for m in leaf] == ["assistant"] + ["tool"] * 10
-    assert [m["content"] for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}" for j in range(10)]
+    assert [unframe(m["content"]) for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}"
+                                                        for j in range(10)]
     assert [c["id"] for c in leaf[0]["tool_calls"]] == [f"n{j}" for j in range(10)]
-    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21296
+    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21296 + 10 * 29
     assert {e["event_id"]: e["representation"] for e in manifest["elided"]} == \
         {f"old{t}": "folded" for t in range(4)} | {f"r-o{t}c0": "folded" for t in range(4)}
     trunk = body["messages"][1]["content"]
@@ -165,7 +168,7 @@ def test_newest_group_over_input_limit_is_bounded_as_a_whole(client: TestClient,
     tools = openai["messages"][3:]
     for j, message in enumerate(tools):
         text = payload("qwen3", 2040, f"n{j}")
-        head, _, rest = message["content"].removeprefix("exit_code: 0\n").partition("\n[... ")
+        head, _, rest = unframe(message["content"]).removeprefix("exit_code: 0\n").partition("\n[... ")
         marker, _, tail = rest.partition(" ...]\n")
         assert text.startswith(head) and text.endswith(tail) and head and tail
         assert f"elided by ctxd; the whole output is handle {items[j]['handle']}" in marker

@@ -47,7 +47,10 @@ def test_select_lineage_and_handles_served(sqlite_client: TestClient, qwen3_ids)
             assert set(r["representations"]) == {"folded"} and r["index"] in manifest["layout"]["elision_index"]
             assert r["seq_to"] < manifest["layout"]["cut_seq"]
         for e in entries:
-            assert e["representation"] in ("verbatim", "head_tail", "folded", "not_rendered"), e
+            assert e["representation"] in ("verbatim", "head_tail", "folded", "not_rendered", "tombstone"), e
+            if e["representation"] == "tombstone":
+                assert e["handle"][:12] in "\n".join(str(m.get("content")) for m in body["messages"][2:])
+                named.add(e["handle"])
             if e["representation"] == "folded":
                 assert e["zone"] == "trunk" and "pass" in e["why"]
                 if e["kind"] == "tool_result":

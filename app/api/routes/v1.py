@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
-from app.api.deps import Db, Memo, Meters, Profiles, Uow
+from app.api.deps import Db, Memo, Meters, PassDueSignal, Profiles, Uow
 from app.api.schemas import (
     ROW_ID_MAX,
     AssembledRequest,
@@ -104,12 +104,12 @@ JSON_BYTES = "application/json"
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest,
             responses=ERRORS | {503: {"description": "Layout state contention; retry", **PROBLEM}})
-def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters,
+def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters, due: PassDueSignal,
                 format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> Response:
     """The next model request for ``format``, with its manifest (persisted). A GET may
     persist a layout decision; it never changes what an identical second GET returns."""
     out = request_service.assemble_request(db.write, profiles, meters, session_id, fmt=format, memo=memo,
-                                           read_factory=db.read)
+                                           read_factory=db.read, pass_due=due)
     return Response(content=out.response_bytes(), media_type=JSON_BYTES)
 
 
