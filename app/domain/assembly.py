@@ -293,19 +293,28 @@ def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
     (sent as :func:`~app.domain.layout.function_name` rewrites it), or arguments that are
     not a JSON object (sent wrapped, :func:`~app.domain.layout.tool_arguments`). The event
     log keeps what the agent reported."""
-    declared = {str(t.get("function", t).get("name")) for t in session.tools}
+    declared = declared_tools(session)
+    return [line for group in groups for line in group_call_warnings(group, declared)]
+
+
+def declared_tools(session: Session) -> frozenset[str]:
+    """The function names the session declares."""
+    return frozenset(str(t.get("function", t).get("name")) for t in session.tools)
+
+
+def group_call_warnings(group: TurnGroup, declared: frozenset[str]) -> list[str]:
+    """:func:`call_warnings` for one turn group, given the declared tool names."""
     out = []
-    for group in groups:
-        for call in group.message.tool_calls:
-            if declared and call.name not in declared:
-                out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
-            if function_name(call.name) != call.name:
-                out.append(f"seq {group.message.seq}: call {call.call_id} name {call.name!r} is not a valid function "
-                           f"name; sent as {function_name(call.name)!r}")
-            problem = arguments_problem(call.arguments)
-            if problem:
-                out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object ({problem}); "
-                           'sent wrapped as {"arguments": <the text>}')
+    for call in group.message.tool_calls:
+        if declared and call.name not in declared:
+            out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
+        if function_name(call.name) != call.name:
+            out.append(f"seq {group.message.seq}: call {call.call_id} name {call.name!r} is not a valid function "
+                       f"name; sent as {function_name(call.name)!r}")
+        problem = arguments_problem(call.arguments)
+        if problem:
+            out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object ({problem}); "
+                       'sent wrapped as {"arguments": <the text>}')
     return out
 
 
@@ -487,11 +496,124 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
     return conversation, derived
 
 
-def _result_key(result: ToolResultEvent) -> tuple[Any, ...]:
-    """What a tool message's text depends on besides the meter and the cap."""
-    exception = result.conditions.get("exception_info") if result.conditions else None
-    return (result.seq, result.call_id, result.handle, result.payload, result.exit_code,
-            str(exception) if exception else None)
+KEPT = "kept"  # _group_items: the group is in the request
+EVICTED = "evicted"  # _group_items: the group is named in the elision note
+
+
+def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], messages: Sequence[LeafMessage],
+                 placement: str, fitted: FittedGroup | None = None) -> list[Item]:
+    """The manifest items of ``group``'s events: ``placement`` KEPT (in the leaf) or
+    EVICTED. ``bounded``: its results at the per-item cap (their sizes and counts);
+    ``fitted``: the newest group bounded as a whole (its results' cuts). ``messages``: the
+    group's leaf messages as the request carries them, whose neutralised control strings
+    become each item's last transform."""
+    neutralised = {m.seq: m.neutralised for m in messages if m.neutralised}
+    items: list[Item] = []
+    for event in (group.message, *group.results):
+        result = event if isinstance(event, ToolResultEvent) else None
+        b = bounded[result.handle] if result is not None else None
+        known: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind,
+                                 "handle": event.handle}
+        if result is not None and b is not None:
+            known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
+                      "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
+        if placement == EVICTED:
+            item = Item(**known, zone="trunk", representation=Representation.ELIDED,
+                        why="oldest complete turn group evicted to fit the budget (eq. 1)")
+        elif result is not None and b is not None:
+            if fitted is not None:
+                b = fitted.bounded[result.handle]
+            span = b.span
+            if fitted is not None:
+                why = ("newest turn group, bounded as a whole to fit input_limit: its results share "
+                       f"{fitted.share_tokens} tokens" + (" (head + tail)" if span else ""))
+            else:
+                why = "recent observation" + (" (over the per-item cap: head + tail)" if span else "")
+            item = Item(**known, zone="leaf", representation=b.representation, why=why,
+                        elided_tokens=(b.elided_tokens or 0) if span else 0,
+                        elided_bytes=span.bytes if span else None,
+                        elided_lines=(span.first_line, span.last_line) if span else None)
+        elif group.pending and not group.results and not event.content.strip():
+            item = Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
+                        why="every tool call of this turn still awaits its result; it enters with the first result")
+        elif (reason := unsent_reason(group)) is not None:
+            item = Item(**known, zone=None, representation=Representation.DROPPED, why=reason)
+        else:
+            item = Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
+                        transforms=tuple(leaf_transforms(group)) if event is group.message else (),
+                        why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
+                                             if group.pending else ""))
+        if event.seq in neutralised:  # the leaf's texts with control strings broken (after the provider rules)
+            item = replace(item, transforms=(*item.transforms, neutralise_transform(neutralised[event.seq])))
+        items.append(item)
+    return items
+
+
+class _GroupView:
+    """What assembly derives from one turn group, kept in the session's leaf cache from GET
+    to GET: its bounded tool results (by handle), its leaf messages and, computed when first
+    needed, its manifest items kept or evicted and its call warnings. Keyed by the identity
+    of the group's events (held here, so the key cannot be reused by other objects) and the
+    known token counts of its results: a session's events are the same objects from GET to
+    GET (the service's event memo), so an unchanged group costs one lookup."""
+
+    __slots__ = ("events", "bounded", "messages", "_items", "_warnings")
+
+    def __init__(self, events: tuple[Event, ...], bounded: dict[str, BoundedResult],
+                 messages: tuple[LeafMessage, ...]) -> None:
+        self.events = events
+        self.bounded = bounded
+        self.messages = messages
+        self._items: dict[str, tuple[Item, ...]] = {}
+        self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
+
+    def items(self, group: TurnGroup, placement: str) -> tuple[Item, ...]:
+        found = self._items.get(placement)
+        if found is None:
+            found = self._items[placement] = tuple(_group_items(group, self.bounded, self.messages, placement))
+        return found
+
+    def warnings(self, group: TurnGroup, declared: frozenset[str]) -> tuple[str, ...]:
+        if self._warnings is None or self._warnings[0] != declared:
+            self._warnings = (declared, tuple(group_call_warnings(group, declared)))
+        return self._warnings[1]
+
+
+def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
+                 item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int]) -> list[_GroupView]:
+    """Each group's :class:`_GroupView`, from ``cache`` (the session's leaf cache) or built.
+    A payload's bounded form is also kept by value (meter, cap, handle, payload, known
+    count), so an output posted again in another group is cut once. Views not used by
+    this call are dropped once they outnumber the groups (events read again as new
+    objects would otherwise pile up)."""
+    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
+                                                                 render_reasoning), {})
+    out: list[_GroupView] = []
+    keys = []
+    for group in groups:
+        results = group.results
+        key = (id(group.message), *[(id(r), known.get(r.handle)) for r in results]) if results \
+            else (id(group.message),)
+        keys.append(key)
+        view = views.get(key)
+        if view is None:
+            bounded: dict[str, BoundedResult] = {}
+            for result in results:
+                if result.handle not in bounded:
+                    count = known.get(result.handle)
+                    bkey = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
+                    b = cache.get(bkey)
+                    if b is None:
+                        b = cache[bkey] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
+                    bounded[result.handle] = b
+            messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
+            view = views[key] = _GroupView((group.message, *results), bounded, messages)
+        out.append(view)
+    if len(views) > 2 * len(groups) + 64:
+        kept = {key: views[key] for key in keys}
+        views.clear()
+        views.update(kept)
+    return out
 
 
 def assemble_window(
@@ -516,12 +638,13 @@ def assemble_window(
     (or to the newest group alone, when that is larger and within ``input_limit``).
 
     ``leaf_cache``: an optional mapping kept across calls (the service keeps one per
-    session in its bounded memo, app/services/memo.py) from what a turn group's leaf
-    messages and bounded tool outputs depend on (meter, per-item cap, reasoning switch,
-    the message event, each result's seq, call id, handle, payload, exit code and
-    exception) to those values. A session's
-    leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
-    messages are the same objects (cheap to hash for the layout digest).
+    session in its bounded memo, app/services/memo.py): per meter, per-item cap and
+    reasoning switch, each turn group's bounded tool outputs, leaf messages, manifest
+    items and call warnings, keyed by the identity of the group's events (the memo's
+    events are the same objects from GET to GET) and its outputs' known token counts.
+    A session's leaf is mostly its previous request's, so most groups are then not
+    rebuilt, and their messages are the same objects, which carry what the meter and
+    the wire format derived from them (``LeafMessage.memo``).
 
     ``payload_tokens``: exact token counts of tool outputs known so far (handle -> tokens,
     stored after their POST). They go into the manifest only (items' ``tokens`` and
@@ -538,29 +661,13 @@ def assemble_window(
     """
     groups, step, writes = build_turn_groups(events)
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
-    bounded: dict[str, BoundedResult] = {}
-    sizes: dict[str, tuple[int, int]] = {}
     known = payload_tokens or {}
-    for group in groups:
-        for result in group.results:
-            if result.handle not in bounded:
-                count = known.get(result.handle)
-                key = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
-                b = cache.get(key)
-                if b is None:
-                    b = cache[key] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
-                bounded[result.handle] = b
-                sizes[result.handle] = (b.payload_bytes, b.payload_lines)
-
-    # each group's leaf messages, built once (and, with a leaf_cache, once per session)
-    leaf_groups: list[tuple[LeafMessage, ...]] = []
-    for group in groups:
-        key = ("leaf", meter, item_cap_tokens, render_reasoning, group.message,
-               tuple(_result_key(r) for r in group.results))
-        messages = cache.get(key)
-        if messages is None:
-            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
-        leaf_groups.append(messages)
+    views = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
+    bounded: dict[str, BoundedResult] = {}
+    for view in views:
+        bounded.update(view.bounded)
+    sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
+    leaf_groups = [view.messages for view in views]
 
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
     # honoured); later groups send nothing (dropped, or pending calls without text).
@@ -646,63 +753,37 @@ def assemble_window(
                 "index payload; superseded steps and artifact writes before them"))
     items: list[Item] = []
     elided: list[Item] = []
-    for index, group in enumerate(groups[older:], start=older):
-        kept = index >= k
-        for event in (group.message, *group.results):
-            result = event if isinstance(event, ToolResultEvent) else None
-            b = bounded[result.handle] if result is not None else None
-            known: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind,
-                                     "handle": event.handle}
-            if result is not None and b is not None:
-                known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
-                          "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
-            if not kept:
-                elided.append(Item(**known, zone="trunk", representation=Representation.ELIDED,
-                                   why="oldest complete turn group evicted to fit the budget (eq. 1)"))
-            elif result is not None and b is not None:
-                newest_fitted = fitted is not None and index == newest
-                if fitted is not None and newest_fitted:
-                    b = fitted.bounded[result.handle]
-                span = b.span
-                if fitted is not None and newest_fitted:
-                    why = ("newest turn group, bounded as a whole to fit input_limit: its results share "
-                           f"{fitted.share_tokens} tokens" + (" (head + tail)" if span else ""))
-                else:
-                    why = "recent observation" + (" (over the per-item cap: head + tail)" if span else "")
-                items.append(Item(**known, zone="leaf", representation=b.representation, why=why,
-                                  elided_tokens=(b.elided_tokens or 0) if span else 0,
-                                  elided_bytes=span.bytes if span else None,
-                                  elided_lines=(span.first_line, span.last_line) if span else None))
-            elif group.pending and not group.results and not event.content.strip():
-                items.append(Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
-                                  why="every tool call of this turn still awaits its result; it enters with the "
-                                      "first result"))
-            elif (reason := unsent_reason(group)) is not None:
-                items.append(Item(**known, zone=None, representation=Representation.DROPPED, why=reason))
-            else:
-                items.append(Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
-                                  transforms=tuple(leaf_transforms(group)) if event is group.message else (),
-                                  why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
-                                                       if group.pending else "")))
+    for index in range(older, len(groups)):
+        group, view = groups[index], views[index]
+        if index < k:
+            elided.extend(view.items(group, EVICTED))
+        elif fitted is not None and index == newest:
+            seqs = set(group.seqs)
+            items.extend(_group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs], KEPT,
+                                      fitted=fitted))
+        else:
+            items.extend(view.items(group, KEPT))
     for write in writes:
         if write.seq >= boundary:
             items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
                               representation=Representation.NOT_RENDERED,
                               why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
     if step is not None:
+        last = conversation.leaf[-1] if conversation.leaf else None
+        broken = last.neutralised if last is not None and last.seq == step.seq else 0
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
-                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf"))
+                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf",
+                          transforms=(neutralise_transform(broken),) if broken else ()))
     for earlier in events:
         if isinstance(earlier, StepEvent) and earlier is not step and earlier.seq >= boundary:
             items.append(Item(seq=earlier.seq, event_id=earlier.event_id, kind="step", zone=None,
                               representation=Representation.SUPERSEDED,
                               why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
-    neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
-    if neutralised:  # the leaf's texts with control strings broken (after the provider rules)
-        items = [replace(i, transforms=(*i.transforms, neutralise_transform(neutralised[i.seq])))
-                 if i.seq in neutralised else i for i in items]
     items.sort(key=_SEQ)
-    warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
+    declared = declared_tools(session)
+    warnings = list(measurement.warnings)
+    for group, view in zip(groups[k:], views[k:]):
+        warnings.extend(view.warnings(group, declared))
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")

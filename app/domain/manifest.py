@@ -96,7 +96,18 @@ class Item:
         """The manifest entry: ``seq, event_id, kind`` and ``handle``, ``call_id``,
         ``bytes``, ``lines``, ``tokens_known``, ``tokens`` when set, then ``zone,
         representation, why``, and ``elided_bytes``, ``elided_lines``, ``elided_tokens``,
-        ``pending_calls``, ``transforms`` when set and not empty."""
+        ``pending_calls``, ``transforms`` when set and not empty.
+
+        Built once per item and returned as the same dict afterwards (read-only): a
+        session's items are reused from GET to GET, so consecutive manifests share their
+        unchanged entries, which the stored delta then finds by identity."""
+        cached: dict[str, Any] | None = self.__dict__.get("_json")
+        if cached is None:
+            cached = self._build_json()
+            object.__setattr__(self, "_json", cached)  # a memo of the frozen value, not a field
+        return cached
+
+    def _build_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"seq": self.seq, "event_id": self.event_id, "kind": self.kind}
         if self.handle is not None:
             out["handle"] = self.handle

@@ -124,7 +124,7 @@ def plan_request(
     body, body_bytes = wire.serialize(assembly.conversation, assembly.measurement)
     m = assembly.measurement
     new_layout = state.layout.with_cut(assembly.cut_seq)
-    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire, memo=memo)
+    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
                           prev_ids=trusted.packed if prev_state else None, prev_chain=trusted.chain if prev_state else None)
@@ -170,13 +170,12 @@ def plan_request(
 
 
 
-def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
-              memo: MutableMapping[Any, Any] | None) -> tuple[dict[str, Any], tuple[int, ...]]:
+def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat) -> tuple[dict[str, Any], tuple[int, ...]]:
     """The request's layout digest (with ``last_seq``: with the cut, what rebuilds it) and
     its cache breakpoints (token offsets: the ends of the root, the trunk and the request,
     for a format that marks them)."""
     m = assembly.measurement
-    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
+    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
     digest["last_seq"] = last_seq
     breakpoints: tuple[int, ...] = ()
     if wire.cache_breakpoints:
@@ -206,7 +205,7 @@ def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: Pr
         return None
     if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:
         return None
-    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire, memo=memo)
+    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire)
     rebuilt = predict_reuse(None, assembly.measurement.ids or (), cache_model, breakpoints=breakpoints)
     candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain, layout=digest)
     return candidate if candidate.matches(previous) else None

@@ -100,12 +100,14 @@ class Wire:
         model = self.model or profile.model
         body: dict[str, Any]
         if self.name == "openai":
-            body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
-                                         prompt_cache_key=prompt_cache_key(self.session_id),
-                                         chat_template_kwargs=profile.chat_template_kwargs)
+            body, encoded = openai_wire.serialize_bytes(conversation, model=model, max_tokens=profile.output_reserve,
+                                                        prompt_cache_key=prompt_cache_key(self.session_id),
+                                                        chat_template_kwargs=profile.chat_template_kwargs)
             counted = measurement.extra.get("openai_messages")
             if isinstance(counted, list):
                 body["messages"] = counted
+            elif encoded is not None:
+                return body, encoded
         elif self.name == "anthropic":
             body = anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
         else:
@@ -146,13 +148,13 @@ class AssembledRequest:
     assembly: Assembly = field(repr=False)
     reuse: ReuseReport = field(repr=False)
     attempts: int = 1
-    manifest_json: Mapping[str, Any] | None = field(default=None, repr=False)  # manifest.to_json(), when at hand
+    manifest_bytes: bytes | None = field(default=None, repr=False)  # the manifest's JSON, when at hand
 
     def response_bytes(self) -> bytes:
-        """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body spliced in as
-        already serialized (never re-encoded or re-validated)."""
-        manifest = self.manifest_json if self.manifest_json is not None else self.manifest.to_json()
-        return b'{"request":' + self.body_bytes + b',"manifest":' + orjson.dumps(manifest) + b"}"
+        """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body and the manifest
+        spliced in as already serialized (never re-encoded or re-validated)."""
+        manifest = self.manifest_bytes if self.manifest_bytes is not None else orjson.dumps(self.manifest.to_json())
+        return b'{"request":' + self.body_bytes + b',"manifest":' + manifest + b"}"
 
 
 @dataclass(frozen=True)
@@ -297,11 +299,12 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
             if saved is None:
                 db.rollback()
                 continue
-        memo.remember(session_id, fmt, plan.remembered, saved)
+        manifest_bytes = orjson.dumps(saved.data | {"id": saved.id})
+        memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=len(manifest_bytes))
         _observe(profile, plan)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
                                 body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,
-                                manifest_json=saved.data | {"id": saved.id})
+                                manifest_bytes=manifest_bytes)
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
 

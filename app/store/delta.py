@@ -58,9 +58,10 @@ def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal as JSON, types included (``1`` is not ``true``): Python's == first (fast,
-    in C), then, only when it says equal, the serialized forms."""
-    return bool(a == b) and (type(a) is type(b) and isinstance(a, str) or _key(a) == _key(b))
+    """Equal as JSON, types included (``1`` is not ``true``): the same object (consecutive
+    manifests share their unchanged items, see ``Item.to_json``), else Python's == first
+    (fast, in C), then, only when it says equal, the serialized forms."""
+    return a is b or bool(a == b) and (type(a) is type(b) and isinstance(a, str) or _key(a) == _key(b))
 
 
 def diff(base: Any, new: Any) -> Any:

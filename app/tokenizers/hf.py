@@ -33,11 +33,9 @@ from typing import Any, Callable, Sequence
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
 from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
-from app.domain.memo import bounded_memo
-from app.domain.prefix_layout import leaf_chars
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
-from app.domain.text import cut_head_tail
+from app.domain.text import ControlStrings, cut_head_tail
 from app.tokenizers.native import native_renderer, template_sha256
 from app.wire.openai import tool_call_id
 
@@ -45,13 +43,9 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
 
-# Bounds of the in-process memos (issue 9 item 7). The module-level memos of the render
-# path (arguments_text, _shared_template_message) run hundreds of times a GET, so they are
-# functools' LRU (app.domain.memo.bounded_memo) holding entries of at most MEMO_ENTRY_CHARS
-# characters: at most 64 M characters each. The meters' own memos are cachetools LRUs
-# bounded in bytes (app/caches.py).
-MEMO_ENTRIES = 16384
-MEMO_ENTRY_CHARS = 4096
+# Bounds of the in-process memos (issue 9 item 7): the meters' own memos are cachetools
+# LRUs bounded in bytes (app/caches.py). A leaf message's template dict is kept in the
+# message's own memo (LeafMessage.memo), which lives as long as the session's leaf cache.
 COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
 HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
@@ -92,7 +86,6 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else arguments
 
 
-@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, len)
 def arguments_text(arguments: str) -> str:
     """What a template's ``arguments | tojson`` prints for :func:`parse_arguments`'s value:
     the JSON object dumped as transformers' ``tojson`` does, else the string itself.
@@ -142,9 +135,14 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
     return {"role": m.role, "content": m.content}
 
 
-@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, leaf_chars)
 def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
-    return _template_message(m, render_reasoning, arguments_text)
+    """``m``'s template dict with its arguments as text, built once per message (kept in
+    ``m.memo``: a session's leaf messages are the same objects from request to request)."""
+    key = ("template", render_reasoning)
+    found = m.memo.get(key)
+    if found is None:
+        found = m.memo[key] = _template_message(m, render_reasoning, arguments_text)
+    return found  # type: ignore[no-any-return]
 
 
 def openai_to_template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -224,7 +222,7 @@ class HFChatMeter:
         self.template_kwargs = dict(template_kwargs or {})
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
-        self.control_strings = control_strings(tokenizer)
+        self.control_strings = ControlStrings(control_strings(tokenizer))
         # payloads are immutable: a text is counted, and a capped tool output cut, once (keyed
         # by the text's sha256, so the memo does not hold the text)
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
