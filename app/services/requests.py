@@ -188,7 +188,7 @@ def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: s
         stash[_count_key(tokenizer_id, handle)] = count
 
 
-def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Sequence[Event],
+def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence[Event],
                          stash: MutableMapping[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens,
     under the tokenizer ``tokenizer_id``; none without one). Counts never change, so each
@@ -217,12 +217,13 @@ def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Seque
     return out
 
 
-def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, *,
+def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,
          tokenizer_of: Callable[[str], str | None] = lambda profile: None) -> Loaded:
     """LOAD: the session and its layout state, the events (only those the memo lacks are
     read), the previous request's prefix state in ``fmt``, and the known token counts of
     the tool outputs under ``tokenizer_of(profile name)``'s tokenizer id. Raises
-    SessionNotFound."""
+    SessionNotFound. Statements go to the Core connection of ``db`` (no ORM layers)."""
+    db = repo.core(db)
     found = repo.load_session_state(db, session_id, fmt)
     if found is None:
         raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
@@ -238,12 +239,14 @@ def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, *,
     return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts)
 
 
-def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
+def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
     """SAVE: the layout state by compare-and-set when the plan moved it, the manifest (a
     delta of ``base``, the previous manifest in this format; stored only if the layout
     state is still the one planned with), the payloads the request names, and what the
     next GET keeps of this request. Returns the stored manifest, or None when another
-    worker moved the layout state first (the caller's transaction then writes nothing)."""
+    worker moved the layout state first (the caller's transaction then writes nothing).
+    Statements go to the Core connection of ``db`` (no ORM layers)."""
+    db = repo.core(db)
     manifest = plan.manifest
     sid = manifest.session_id
     if plan.layout_changed and not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import orjson
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Connection, Row, bindparam, func, select, update
 from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -40,6 +40,16 @@ from app.store.tables import (
     ToolCallRow,
     utcnow,
 )
+
+
+#: What the repositories run statements on: an ORM session, or (on the GET path, which
+#: sends only Core statements) the session's Core connection, skipping the ORM's layers.
+Db = OrmSession | Connection
+
+
+def core(db: Db) -> Connection:
+    """The Core connection of ``db`` (its transaction begins here if it has not yet)."""
+    return db if isinstance(db, Connection) else db.connection()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -80,7 +90,7 @@ _SESSION_STATE = (
 )
 
 
-def load_session_state(db: OrmSession, session_id: str,
+def load_session_state(db: Db, session_id: str,
                        fmt: str | None = None) -> tuple[SessionState, PreviousRequest | None] | None:
     """The session, its last seq and its layout state and, with ``fmt``, what it keeps of
     its last request in that format: one statement. None when there is no such session."""
@@ -115,14 +125,19 @@ def get_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> S
 
 # --- payloads -------------------------------------------------------------------------
 
-def _upsert_insert(db: OrmSession) -> Any:
+def dialect_name(db: OrmSession | Connection) -> str:
+    """The database dialect's name (sqlite, postgresql) of an ORM session or a Core connection."""
+    return db.dialect.name if isinstance(db, Connection) else db.get_bind().dialect.name
+
+
+def _upsert_insert(db: OrmSession | Connection) -> Any:
     """The dialect's ``insert`` construct with ON CONFLICT support (PostgreSQL, SQLite),
     or None for another dialect."""
-    dialect = db.get_bind().dialect.name
+    dialect = dialect_name(db)
     return pg_insert if dialect == "postgresql" else sqlite_insert if dialect == "sqlite" else None
 
 
-def put_payload(db: OrmSession, data: bytes) -> str:
+def put_payload(db: Db, data: bytes) -> str:
     """Store ``data`` once under its sha256 (hex); returns the handle."""
     digest = sha256_hex(data)
     values = {"sha256": digest, "size": len(data), "data": data}
@@ -163,7 +178,7 @@ def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def payload_token_counts(db: OrmSession, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
+def payload_token_counts(db: Db, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
     """handle -> the stored token count of that payload under ``tokenizer_id`` (None when
     not counted yet), for the given handles that exist. Chunks of 500 handles."""
     wanted = sorted(set(handles))
@@ -281,7 +296,9 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
     return max(found, key=lambda r: r[0])[1] if found else None
 
 
-def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
+def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
+    """The domain event of an event row (an ORM row or a Core row with ``seq, event_id,
+    kind, body``); ``payloads``: handle -> text of the tool results' payloads."""
     body = row.body
     if row.kind == "message":
         return MessageEvent(
@@ -303,21 +320,21 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
 
 
 _EVENTS = (
-    select(EventRow)
+    select(EventRow.seq, EventRow.event_id, EventRow.kind, EventRow.body)
     .where(EventRow.session_id == bindparam("sid"), EventRow.seq > bindparam("after"), EventRow.seq <= bindparam("upto"))
     .order_by(EventRow.seq)
 )
 _PAYLOADS = select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(bindparam("handles", expanding=True)))
 
 
-def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
+def load_events(db: Db, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
     """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq
     order, tool results with their payloads: one statement for the events, one more for
     the payloads when there are tool results. (The payload handle is not taken out of the
     JSON body in SQL: PostgreSQL's ``json`` operators refuse a document holding a NUL
     escape anywhere, which message text and payloads may hold.)"""
     params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
-    rows = db.execute(_EVENTS, params).scalars().all()
+    rows = db.execute(_EVENTS, params).all()
     handles = sorted({row.body["handle"] for row in rows if row.kind == "tool_result"})
     payloads: dict[str, str] = {}
     if handles:
@@ -371,7 +388,7 @@ _MANIFEST_INSERT_CHECKED = core_insert(ManifestRow.__table__).from_select(
 ).returning(ManifestRow.id)
 
 
-def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | None = None,
+def add_manifest(db: Db, manifest: Manifest, *, base: StoredManifest | None = None,
                  planner_version: int | None = None, layout_version: int | None = None) -> StoredManifest | None:
     """Store ``manifest`` (its ``id`` is ignored): as a delta of ``base`` (the session's
     previous manifest in the same format), or whole when there is none or ``base`` is
@@ -402,7 +419,7 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
     return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
 
 
-def load_manifest(db: OrmSession, session_id: str, manifest_id: int) -> StoredManifest | None:
+def load_manifest(db: Db, session_id: str, manifest_id: int) -> StoredManifest | None:
     """The stored manifest ``manifest_id`` of ``session_id``, rebuilt from its keyframe and
     deltas (two statements), or None if absent or another session's."""
     head = db.execute(select(ManifestRow.format, ManifestRow.manifest, ManifestRow.data, ManifestRow.base_id,
@@ -454,7 +471,7 @@ _LAYOUT_CAS = (update(LayoutStateRow.__table__)
                .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"), updated_at=bindparam("now")))
 
 
-def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutState, new: LayoutState) -> bool:
+def compare_and_set_layout(db: Db, session_id: str, expected: LayoutState, new: LayoutState) -> bool:
     """Write ``new`` if the stored layout state is still ``expected`` (same version);
     True when written. Another worker's change in between makes it False."""
     done = db.execute(_LAYOUT_CAS, {"sid": session_id, "expected": expected.version, "new_version": new.version,
@@ -486,8 +503,8 @@ def _prefix_upsert(insert: Any) -> Any:
 _PREFIX_UPSERT = {"sqlite": _prefix_upsert(sqlite_insert), "postgresql": _prefix_upsert(pg_insert)}
 
 
-def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
-    statement = _PREFIX_UPSERT.get(db.get_bind().dialect.name)
+def put_previous_request(db: Db, session_id: str, fmt: str, previous: PreviousRequest) -> None:
+    statement = _PREFIX_UPSERT.get(dialect_name(db))
     if statement is None:
-        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
+        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {dialect_name(db)}")
     db.execute(statement, {"session_id": session_id, "format": fmt, "state": previous.to_json(), "updated_at": utcnow()})
