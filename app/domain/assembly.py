@@ -96,35 +96,91 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
     assistant message without calls is a group of its own. Returns the groups, the
     latest step (shown at the end of the leaf) and the artifact writes (bookkeeping).
     """
-    messages: list[MessageEvent] = []
-    owner: dict[str, int] = {}
-    got: list[dict[str, ToolResultEvent]] = []
-    step: StepEvent | None = None
-    writes: list[ArtifactWriteEvent] = []
-    for event in sorted(events, key=_SEQ):
-        if isinstance(event, MessageEvent):
-            index = len(messages)
-            messages.append(event)
-            got.append({})
-            for call in event.tool_calls:
-                owner[call.call_id] = index
-        elif isinstance(event, ToolResultEvent):
-            index = owner.get(event.call_id, -1)
-            if index >= 0:  # ingestion guarantees it; stay total anyway
-                got[index][event.call_id] = event
-        elif isinstance(event, StepEvent):
-            step = event
-        else:
-            writes.append(event)
-    out = []
-    for message, results in zip(messages, got):
-        if not message.tool_calls:
-            out.append(TurnGroup(message=message))
-            continue
-        ordered = tuple(results[c.call_id] for c in message.tool_calls if c.call_id in results)
-        pending = tuple(c.call_id for c in message.tool_calls if c.call_id not in results)
-        out.append(TurnGroup(message=message, results=ordered, pending=pending))
-    return out, step, writes
+    grouping = _Grouping()
+    grouping.extend(sorted(events, key=_SEQ))
+    return list(grouping.groups), grouping.step, list(grouping.writes)
+
+
+class _Grouping:
+    """:func:`build_turn_groups`, kept up to date as events are appended: a session's events
+    only grow (dense seqs), so a GET groups only the events the previous one had not seen.
+    A group a new result completes is rebuilt; the others stay the same objects. A grouping
+    in a cache is never changed (another thread may be reading it): it is copied, then
+    extended."""
+
+    __slots__ = ("seen", "last_seq", "messages", "owner", "got", "groups", "step", "steps", "writes")
+
+    def __init__(self) -> None:
+        self.seen: list[Event] = []
+        self.last_seq = -1
+        self.messages: list[MessageEvent] = []
+        self.owner: dict[str, int] = {}
+        self.got: list[dict[str, ToolResultEvent]] = []
+        self.groups: list[TurnGroup] = []
+        self.step: StepEvent | None = None
+        self.steps: list[StepEvent] = []  # every step, the latest last
+        self.writes: list[ArtifactWriteEvent] = []
+
+    def extend(self, events: Sequence[Event]) -> None:
+        """Add ``events`` (in seq order, after every event seen so far)."""
+        touched: set[int] = set()
+        for event in events:
+            if isinstance(event, MessageEvent):
+                index = len(self.messages)
+                self.messages.append(event)
+                self.got.append({})
+                self.groups.append(TurnGroup(message=event))
+                for call in event.tool_calls:
+                    self.owner[call.call_id] = index
+                if event.tool_calls:
+                    touched.add(index)
+            elif isinstance(event, ToolResultEvent):
+                index = self.owner.get(event.call_id, -1)
+                if index >= 0:  # ingestion guarantees it; stay total anyway
+                    self.got[index] = {**self.got[index], event.call_id: event}  # copied: shared with older copies
+                    touched.add(index)
+            elif isinstance(event, StepEvent):
+                self.step = event
+                self.steps.append(event)
+            else:
+                self.writes.append(event)
+        for index in touched:
+            message, results = self.messages[index], self.got[index]
+            ordered = tuple(results[c.call_id] for c in message.tool_calls if c.call_id in results)
+            pending = tuple(c.call_id for c in message.tool_calls if c.call_id not in results)
+            self.groups[index] = TurnGroup(message=message, results=ordered, pending=pending)
+        self.seen.extend(events)
+        if events:
+            self.last_seq = events[-1].seq
+
+    def copy(self) -> _Grouping:
+        out = _Grouping()
+        out.seen, out.last_seq, out.messages = list(self.seen), self.last_seq, list(self.messages)
+        out.owner, out.got, out.groups = dict(self.owner), list(self.got), list(self.groups)
+        out.step, out.steps, out.writes = self.step, list(self.steps), list(self.writes)
+        return out
+
+    @classmethod
+    def of(cls, events: Sequence[Event], cache: MutableMapping[Any, Any]) -> _Grouping:
+        """The grouping of ``events``: the one kept in ``cache`` when it has seen exactly
+        ``events``; that one extended when ``events`` starts with exactly the events it has
+        seen (the same objects, or equal ones) and goes on in increasing seq order; else
+        built afresh. The result is kept in ``cache``."""
+        kept: _Grouping | None = cache.get("turn groups")
+        if kept is not None and len(events) >= len(kept.seen) and events[:len(kept.seen)] == kept.seen:
+            new = events[len(kept.seen):]
+            if not new:
+                return kept
+            seqs = [kept.last_seq, *(e.seq for e in new)]
+            if all(a < b for a, b in zip(seqs, seqs[1:])):
+                grown = kept.copy()
+                grown.extend(new)
+                cache["turn groups"] = grown
+                return grown
+        fresh = cls()
+        fresh.extend(sorted(events, key=_SEQ))
+        cache["turn groups"] = fresh
+        return fresh
 
 
 def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int, *,
@@ -659,8 +715,9 @@ def assemble_window(
         NewestGroupOverBudget: the newest turn group cannot fit even with each of its
             results cut to its marker.
     """
-    groups, step, writes = build_turn_groups(events)
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
+    grouping = _Grouping.of(events, cache)
+    groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
     known = payload_tokens or {}
     views = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
     bounded: dict[str, BoundedResult] = {}
@@ -738,7 +795,7 @@ def assemble_window(
     if older:
         counts = {Representation.ELIDED: sum(1 + len(g.results) for g in groups[:older])}
         seqs = [seq for g in groups[:older] for seq in g.seqs]
-        for event in (*writes, *(e for e in events if isinstance(e, StepEvent) and e is not step)):
+        for event in (*writes, *(e for e in grouping.steps if e is not step)):
             if event.seq < boundary:
                 kind = Representation.NOT_RENDERED if isinstance(event, ArtifactWriteEvent) else Representation.SUPERSEDED
                 counts[kind] = counts.get(kind, 0) + 1
@@ -774,8 +831,8 @@ def assemble_window(
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
                           representation=Representation.VERBATIM, why="the next bounded step, last in the leaf",
                           transforms=(neutralise_transform(broken),) if broken else ()))
-    for earlier in events:
-        if isinstance(earlier, StepEvent) and earlier is not step and earlier.seq >= boundary:
+    for earlier in grouping.steps:
+        if earlier is not step and earlier.seq >= boundary:
             items.append(Item(seq=earlier.seq, event_id=earlier.event_id, kind="step", zone=None,
                               representation=Representation.SUPERSEDED,
                               why=f"a later step (seq {step.seq if step else '-'}) replaced it"))

@@ -195,26 +195,42 @@ def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence
     is read from the payloads table once and kept in the session's memo (``stash``, its
     leaf cache); an output whose count is not stored yet is looked up again on at most
     ``COUNT_LOOKUPS`` GETs (one SELECT for all such outputs), so a GET reads only the few
-    newest (issue 9, item 7). Part of the GET's LOAD (the caller's snapshot)."""
+    newest (issue 9, item 7). Part of the GET's LOAD (the caller's snapshot).
+
+    The memo also keeps how far it has scanned ``events`` (which only grow) with the
+    counts found and the outputs still unknown, so a GET looks only at the new events
+    and the unknown outputs."""
     if tokenizer_id is None:
         return {}
-    out: dict[str, int] = {}
+    scan_key = ("payload_tokens_scan", tokenizer_id)
+    scanned: tuple[list[Event], dict[str, int], tuple[str, ...]] | None = stash.get(scan_key)
+    if scanned is not None and len(events) >= len(scanned[0]) and events[:len(scanned[0])] == scanned[0]:
+        seen, found, unknown = list(scanned[0]), dict(scanned[1]), list(scanned[2])
+    else:
+        seen, found, unknown = [], {}, []
+    for event in events[len(seen):]:
+        if isinstance(event, ToolResultEvent) and event.handle not in found:
+            unknown.append(event.handle)
+    seen.extend(events[len(seen):])
     missing: list[str] = []
-    for event in events:
-        if isinstance(event, ToolResultEvent):
-            count = stash.get(_count_key(tokenizer_id, event.handle))
-            if count is not None:
-                out[event.handle] = count
-            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
-                missing.append(event.handle)
+    still: list[str] = []
+    for handle in dict.fromkeys(unknown):
+        count = stash.get(_count_key(tokenizer_id, handle))
+        if count is not None:
+            found[handle] = count
+            continue
+        still.append(handle)
+        if stash.get(("payload_tokens_lookups", tokenizer_id, handle), 0) < COUNT_LOOKUPS:
+            missing.append(handle)
     if missing:
         for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
+                stash[_count_key(tokenizer_id, handle)] = found[handle] = count
         for handle in missing:
             key = ("payload_tokens_lookups", tokenizer_id, handle)
             stash[key] = stash.get(key, 0) + 1
-    return out
+    stash[scan_key] = (seen, found, tuple(h for h in still if h not in found))
+    return dict(found)
 
 
 def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,

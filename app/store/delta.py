@@ -51,7 +51,10 @@ def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
             continue
         end = at + 1
         i += 1
-        while i < len(new) and end < len(base) and _same(base[end], new[i]):
+        while i < len(new) and end < len(base):
+            a, b = base[end], new[i]
+            if a is not b and not _same(a, b):  # the same object: consecutive manifests share unchanged items
+                break
             end, i = end + 1, i + 1
         ops.append([at, end])
     return ops

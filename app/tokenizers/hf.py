@@ -112,7 +112,7 @@ def template_messages(conversation: Conversation, *, render_reasoning: bool = Fa
         {"role": "user", "content": conversation.trunk},
     ]
     if arguments_as_text:
-        messages.extend(_shared_template_message(m, render_reasoning) for m in conversation.leaf)
+        messages.extend(_shared_template_entry(m, render_reasoning)[0] for m in conversation.leaf)
     else:
         messages.extend(_template_message(m, render_reasoning, parse_arguments) for m in conversation.leaf)
     return messages
@@ -135,13 +135,14 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
     return {"role": m.role, "content": m.content}
 
 
-def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
-    """``m``'s template dict with its arguments as text, built once per message (kept in
-    ``m.memo``: a session's leaf messages are the same objects from request to request)."""
+def _shared_template_entry(m: LeafMessage, render_reasoning: bool) -> tuple[dict[str, Any], dict[Any, Any]]:
+    """``m``'s template dict with its arguments as text, and a memo for what the native
+    renderer derives from that dict; built once per message (kept in ``m.memo``: a
+    session's leaf messages are the same objects from request to request)."""
     key = ("template", render_reasoning)
     found = m.memo.get(key)
     if found is None:
-        found = m.memo[key] = _template_message(m, render_reasoning, arguments_text)
+        found = m.memo[key] = (_template_message(m, render_reasoning, arguments_text), {})
     return found  # type: ignore[no-any-return]
 
 
@@ -291,11 +292,13 @@ class HFChatMeter:
     # -- rendering ---------------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, *,
-               add_generation_prompt: bool = True) -> str:
+               add_generation_prompt: bool = True, memos: Sequence[dict[Any, Any] | None] | None = None) -> str:
         """The chat template's text for ``messages`` (same output as
-        ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``)."""
+        ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``). ``memos``:
+        per message, a memo the native renderer may keep its work in (messages passed
+        again unchanged in later renders)."""
         if self._native is not None:
-            text = self._native(messages, tools, add_generation_prompt, **self.template_kwargs)
+            text = self._native(messages, tools, add_generation_prompt, memos=memos, **self.template_kwargs)
             if text is not None:
                 return text
         if self._template is None or any(_marked(m) for m in messages):
@@ -373,10 +376,16 @@ class HFChatMeter:
                                         rule="chat-template", reason=str(exc)) from exc
 
     def _measure(self, conversation: Conversation) -> Measurement:
-        messages = template_messages(conversation, render_reasoning=self.render_reasoning,
-                                     arguments_as_text=self._native is not None)
+        memos: list[dict[Any, Any] | None] | None = None
+        if self._native is not None:
+            entries = [_shared_template_entry(m, self.render_reasoning) for m in conversation.leaf]
+            messages = [{"role": "system", "content": conversation.system},
+                        {"role": "user", "content": conversation.trunk}, *(e[0] for e in entries)]
+            memos = [None, None, *(e[1] for e in entries)]
+        else:
+            messages = template_messages(conversation, render_reasoning=self.render_reasoning)
         tools = list(conversation.tools)
-        text = self.render(messages, tools)
+        text = self.render(messages, tools, memos=memos)
         trunk_start, leaf_start, bare_root = self._head(messages, tools or None)
         if self._added is not None and not self._added.match(text, leaf_start):
             leaf_start = self._boundary_before(text, leaf_start)
