@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from app.domain.assembly import Assembly, assemble_window
@@ -33,6 +34,8 @@ from app.domain.types import Event
 
 
 _CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
+_TOKENS = attrgetter("tokens")
+_ELIDED_TOKENS = attrgetter("elided_tokens")
 
 PLANNER_VERSION = 2  # stored with every manifest; bump when the same inputs would plan differently
 
@@ -151,8 +154,8 @@ def plan_request(
                             cut_seq=assembly.cut_seq, version=new_layout.version, evicted_now=assembly.evicted_now,
                             elision_index=tuple(sorted(assembly.derived_payloads))),
         items=items, elided=elided, ranges=assembly.ranges,
-        elided_tokens=sum(i.tokens or 0 for i in elided) + sum(r.tokens for r in assembly.ranges)
-        + sum(i.elided_tokens for i in items),
+        elided_tokens=sum(filter(None, map(_TOKENS, elided))) + sum(r.tokens for r in assembly.ranges)
+        + sum(map(_ELIDED_TOKENS, items)),
         # False while some elided or cut output's token count is not known yet (it is counted
         # once after its POST): elided_tokens then sums the known ones
         elided_tokens_exact=all(i.tokens_known is not False for i in (*elided, *items)

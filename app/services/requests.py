@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping, MutableMapping, Sequence
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -369,8 +370,8 @@ def _observe(profile: Profile, plan: RequestPlan) -> None:
             for result in ("hits", "misses"):
                 if counts[result]:
                     metrics.SEGMENT_CACHE.labels(profile.name, zone, result).inc(counts[result])
-    evicted = sum(i.tokens or 0 for i in manifest.elided)
-    capped = sum(i.elided_tokens for i in manifest.items)
+    evicted = sum(filter(None, map(attrgetter("tokens"), manifest.elided)))
+    capped = sum(map(attrgetter("elided_tokens"), manifest.items))
     if evicted:
         metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(evicted)
     if capped:

@@ -378,10 +378,14 @@ class HFChatMeter:
     def _measure(self, conversation: Conversation) -> Measurement:
         memos: list[dict[Any, Any] | None] | None = None
         if self._native is not None:
-            entries = [_shared_template_entry(m, self.render_reasoning) for m in conversation.leaf]
             messages = [{"role": "system", "content": conversation.system},
-                        {"role": "user", "content": conversation.trunk}, *(e[0] for e in entries)]
-            memos = [None, None, *(e[1] for e in entries)]
+                        {"role": "user", "content": conversation.trunk}]
+            memos = [None, None]
+            key = ("template", self.render_reasoning)
+            for m in conversation.leaf:
+                entry = m.memo.get(key) or _shared_template_entry(m, self.render_reasoning)
+                messages.append(entry[0])
+                memos.append(entry[1])
         else:
             messages = template_messages(conversation, render_reasoning=self.render_reasoning)
         tools = list(conversation.tools)

@@ -73,7 +73,7 @@ def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
     messages: list[dict[str, Any]] = list(head)
     parts: list[bytes] | None = []
     for m in conversation.leaf:
-        out, encoded = _message(m)
+        out, encoded = m.memo.get("openai") or _message(m)
         messages.append(out)
         if encoded is None:
             parts = None
