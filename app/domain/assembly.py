@@ -531,16 +531,30 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
     return out
 
 
+NOTES_KEPT = 8  # elision notes kept in a leaf cache (the cuts one GET's search tries, and the last one)
+
+
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
-                  step: StepEvent | None, sizes: Sizes,
-                  control: Sequence[str] = ()) -> tuple[Conversation, dict[str, bytes]]:
+                  step: StepEvent | None, sizes: Sizes, control: Sequence[str] = (),
+                  cache: MutableMapping[Any, Any] | None = None) -> tuple[Conversation, dict[str, bytes]]:
     """The conversation with ``dropped`` elided, and the index payloads its note names.
     The note's argument previews and the step text have their ``control`` strings
-    neutralised; the contract is verbatim (session create refuses one that spells any)."""
+    neutralised; the contract is verbatim (session create refuses one that spells any).
+    ``cache``: the session's leaf cache, where the last few notes are kept with the
+    dropped groups they name (the same objects from GET to GET while the cut stays)."""
     trunk = render_contract(session.contract)
-    note, derived = elision_note(dropped, sizes)
+    notes: list[tuple[tuple[TurnGroup, ...], str, dict[str, bytes]]] = \
+        cache.setdefault("elision notes", []) if cache is not None else []
+    groups = tuple(dropped)
+    found = next((entry for entry in notes if len(entry[0]) == len(groups) and entry[0] == groups), None)
+    if found is None:
+        note, derived = elision_note(dropped, sizes)
+        found = (groups, neutralise_control_text(note, control)[0] if note else "", derived)
+        if cache is not None:
+            cache["elision notes"] = [found, *notes[:NOTES_KEPT - 1]]
+    note, derived = found[1], dict(found[2])
     if note:
-        trunk = trunk + "\n\n" + neutralise_control_text(note, control)[0]
+        trunk = trunk + "\n\n" + note
     leaf: list[LeafMessage] = []
     for messages in leaf_groups:
         leaf.extend(messages)
@@ -607,26 +621,35 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
 
 class _GroupView:
     """What assembly derives from one turn group, kept in the session's leaf cache from GET
-    to GET: its bounded tool results (by handle), its leaf messages and, computed when first
-    needed, its manifest items kept or evicted and its call warnings. Keyed by the identity
-    of the group's events (held here, so the key cannot be reused by other objects) and the
-    known token counts of its results: a session's events are the same objects from GET to
-    GET (the service's event memo), so an unchanged group costs one lookup."""
+    to GET: its leaf messages and, per known token counts of its results, its bounded tool
+    results (by handle) and its manifest items kept or evicted; its call warnings. Keyed by
+    the identity of the group's events (held here, so the key cannot be reused by other
+    objects): a session's events are the same objects from GET to GET (the service's event
+    memo), so an unchanged group costs one lookup. The messages do not depend on the counts
+    (the body never does), so a count learnt later changes the items only."""
 
-    __slots__ = ("events", "bounded", "messages", "_items", "_warnings")
+    __slots__ = ("events", "messages", "_bounded", "_items", "_warnings")
 
-    def __init__(self, events: tuple[Event, ...], bounded: dict[str, BoundedResult],
-                 messages: tuple[LeafMessage, ...]) -> None:
+    def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
+                 counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
         self.events = events
-        self.bounded = bounded
         self.messages = messages
-        self._items: dict[str, tuple[Item, ...]] = {}
+        self._bounded: dict[tuple[int | None, ...], dict[str, BoundedResult]] = {counts: bounded}
+        self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
 
-    def items(self, group: TurnGroup, placement: str) -> tuple[Item, ...]:
-        found = self._items.get(placement)
+    def bounded(self, counts: tuple[int | None, ...], build: Callable[[], dict[str, BoundedResult]]
+                ) -> dict[str, BoundedResult]:
+        found = self._bounded.get(counts)
         if found is None:
-            found = self._items[placement] = tuple(_group_items(group, self.bounded, self.messages, placement))
+            found = self._bounded[counts] = build()
+        return found
+
+    def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...]) -> tuple[Item, ...]:
+        found = self._items.get((placement, counts))
+        if found is None:
+            bounded = self._bounded[counts]
+            found = self._items[(placement, counts)] = tuple(_group_items(group, bounded, self.messages, placement))
         return found
 
     def warnings(self, group: TurnGroup, declared: frozenset[str]) -> tuple[str, ...]:
@@ -636,40 +659,50 @@ class _GroupView:
 
 
 def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
-                 item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int]) -> list[_GroupView]:
-    """Each group's :class:`_GroupView`, from ``cache`` (the session's leaf cache) or built.
-    A payload's bounded form is also kept by value (meter, cap, handle, payload, known
-    count), so an output posted again in another group is cut once. Views not used by
-    this call are dropped once they outnumber the groups (events read again as new
-    objects would otherwise pile up)."""
-    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
-                                                                 render_reasoning), {})
+                 item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int]
+                 ) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
+    """Each group's :class:`_GroupView` (from ``cache``, the session's leaf cache, or built)
+    and its results' known token counts. A payload's bounded form is also kept by value
+    (meter, cap, handle, payload, known count), so an output posted again in another group
+    is cut once. Views not used by this call are dropped once they outnumber the groups
+    (events read again as new objects would otherwise pile up)."""
+    views: dict[tuple[int, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
+                                                                render_reasoning), {})
     out: list[_GroupView] = []
+    all_counts: list[tuple[int | None, ...]] = []
     keys = []
+
+    def bound(results: Sequence[ToolResultEvent]) -> dict[str, BoundedResult]:
+        bounded: dict[str, BoundedResult] = {}
+        for result in results:
+            if result.handle not in bounded:
+                count = known.get(result.handle)
+                bkey = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
+                b = cache.get(bkey)
+                if b is None:
+                    b = cache[bkey] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
+                bounded[result.handle] = b
+        return bounded
+
     for group in groups:
         results = group.results
-        key = (id(group.message), *[(id(r), known.get(r.handle)) for r in results]) if results \
-            else (id(group.message),)
+        key = (id(group.message), *map(id, results)) if results else (id(group.message),)
+        counts = tuple(known.get(r.handle) for r in results) if results else ()
         keys.append(key)
+        all_counts.append(counts)
         view = views.get(key)
         if view is None:
-            bounded: dict[str, BoundedResult] = {}
-            for result in results:
-                if result.handle not in bounded:
-                    count = known.get(result.handle)
-                    bkey = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
-                    b = cache.get(bkey)
-                    if b is None:
-                        b = cache[bkey] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
-                    bounded[result.handle] = b
+            bounded = bound(results)
             messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
-            view = views[key] = _GroupView((group.message, *results), bounded, messages)
+            view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
+        else:
+            view.bounded(counts, lambda results=results: bound(results))  # type: ignore[misc]
         out.append(view)
     if len(views) > 2 * len(groups) + 64:
         kept = {key: views[key] for key in keys}
         views.clear()
         views.update(kept)
-    return out
+    return out, all_counts
 
 
 def assemble_window(
@@ -719,10 +752,10 @@ def assemble_window(
     grouping = _Grouping.of(events, cache)
     groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
     known = payload_tokens or {}
-    views = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
+    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
     bounded: dict[str, BoundedResult] = {}
-    for view in views:
-        bounded.update(view.bounded)
+    for view, group_counts in zip(views, known_counts):
+        bounded.update(view.bounded(group_counts, dict))
     sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
     leaf_groups = [view.messages for view in views]
 
@@ -737,7 +770,7 @@ def assemble_window(
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
         kept = leaf_groups[k:] if newest_messages is None else \
             [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
-        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings)
+        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings, cache)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
@@ -813,13 +846,13 @@ def assemble_window(
     for index in range(older, len(groups)):
         group, view = groups[index], views[index]
         if index < k:
-            elided.extend(view.items(group, EVICTED))
+            elided.extend(view.items(group, EVICTED, known_counts[index]))
         elif fitted is not None and index == newest:
             seqs = set(group.seqs)
             items.extend(_group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs], KEPT,
                                       fitted=fitted))
         else:
-            items.extend(view.items(group, KEPT))
+            items.extend(view.items(group, KEPT, known_counts[index]))
     for write in writes:
         if write.seq >= boundary:
             items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
