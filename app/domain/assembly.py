@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -43,6 +44,7 @@ from app.domain.types import (
 )
 
 _SEQ = attrgetter("seq")
+_HANDLE = attrgetter("handle")
 SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the API resolves prefixes)
 
 
@@ -108,12 +110,13 @@ class _Grouping:
     in a cache is never changed (another thread may be reading it): it is copied, then
     extended."""
 
-    __slots__ = ("seen", "last_seq", "messages", "owner", "got", "groups", "step", "steps", "writes")
+    __slots__ = ("seen", "last_seq", "messages", "firsts", "owner", "got", "groups", "step", "steps", "writes")
 
     def __init__(self) -> None:
         self.seen: list[Event] = []
         self.last_seq = -1
         self.messages: list[MessageEvent] = []
+        self.firsts: list[int] = []  # each group's first seq (its message's), increasing
         self.owner: dict[str, int] = {}
         self.got: list[dict[str, ToolResultEvent]] = []
         self.groups: list[TurnGroup] = []
@@ -128,6 +131,7 @@ class _Grouping:
             if isinstance(event, MessageEvent):
                 index = len(self.messages)
                 self.messages.append(event)
+                self.firsts.append(event.seq)
                 self.got.append({})
                 self.groups.append(TurnGroup(message=event))
                 for call in event.tool_calls:
@@ -156,6 +160,7 @@ class _Grouping:
     def copy(self) -> _Grouping:
         out = _Grouping()
         out.seen, out.last_seq, out.messages = list(self.seen), self.last_seq, list(self.messages)
+        out.firsts = list(self.firsts)
         out.owner, out.got, out.groups = dict(self.owner), list(self.got), list(self.groups)
         out.step, out.steps, out.writes = self.step, list(self.steps), list(self.writes)
         return out
@@ -638,12 +643,9 @@ class _GroupView:
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
 
-    def bounded(self, counts: tuple[int | None, ...], build: Callable[[], dict[str, BoundedResult]]
-                ) -> dict[str, BoundedResult]:
-        found = self._bounded.get(counts)
-        if found is None:
-            found = self._bounded[counts] = build()
-        return found
+    def bounded(self, counts: tuple[int | None, ...]) -> dict[str, BoundedResult]:
+        """The group's results bounded with these known counts (built by _group_views)."""
+        return self._bounded[counts]
 
     def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...]) -> tuple[Item, ...]:
         found = self._items.get((placement, counts))
@@ -686,8 +688,11 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
 
     for group in groups:
         results = group.results
-        key = (id(group.message), *map(id, results)) if results else (id(group.message),)
-        counts = tuple(known.get(r.handle) for r in results) if results else ()
+        if results:
+            key: tuple[int, ...] = (id(group.message), *map(id, results))
+            counts: tuple[int | None, ...] = tuple(map(known.get, map(_HANDLE, results)))
+        else:
+            key, counts = (id(group.message),), ()
         keys.append(key)
         all_counts.append(counts)
         view = views.get(key)
@@ -695,8 +700,8 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
             bounded = bound(results)
             messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
             view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
-        else:
-            view.bounded(counts, lambda results=results: bound(results))  # type: ignore[misc]
+        elif counts not in view._bounded:
+            view._bounded[counts] = bound(results)
         out.append(view)
     if len(views) > 2 * len(groups) + 64:
         kept = {key: views[key] for key in keys}
@@ -755,14 +760,14 @@ def assemble_window(
     views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
-        bounded.update(view.bounded(group_counts, dict))
+        bounded.update(view.bounded(group_counts))
     sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
     leaf_groups = [view.messages for view in views]
 
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
     # honoured); later groups send nothing (dropped, or pending calls without text).
     newest = next((i for i in range(len(groups) - 1, -1, -1) if leaf_groups[i]), len(groups) - 1)
-    first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
+    first_kept = bisect_left(grouping.firsts, previous_cut_seq)  # the first group at or after the cut
     first_kept = min(first_kept, max(newest, 0))
 
     derived_by_k: dict[int, dict[str, bytes]] = {}
@@ -825,7 +830,12 @@ def assemble_window(
     boundary = groups[older].first_seq if older else 0
     derived = derived_by_k.get(k, {})
     ranges: list[EventRange] = []
-    if older:
+    range_key = (tuple(groups[:older]), step, tuple(known_counts[:older]), next(iter(derived), None))
+    kept_ranges: list[tuple[Any, tuple[EventRange, ...]]] = cache.get("event ranges", [])
+    found_range = next((value for key, value in kept_ranges if key == range_key), None)
+    if found_range is not None:
+        ranges = list(found_range)
+    elif older:
         counts = {Representation.ELIDED: sum(1 + len(g.results) for g in groups[:older])}
         seqs = [seq for g in groups[:older] for seq in g.seqs]
         for event in (*writes, *(e for e in grouping.steps if e is not step)):
@@ -841,6 +851,8 @@ def assemble_window(
             index=next(iter(derived), None),
             why=f"{older} oldest turn groups evicted to fit the budget (eq. 1), named with their handles in the "
                 "index payload; superseded steps and artifact writes before them"))
+    if found_range is None:  # older events are fixed once named by the index: kept with what names them
+        cache["event ranges"] = [(range_key, tuple(ranges)), *kept_ranges[:NOTES_KEPT - 1]]
     items: list[Item] = []
     elided: list[Item] = []
     for index in range(older, len(groups)):

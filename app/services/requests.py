@@ -351,28 +351,42 @@ def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest:
     return manifest
 
 
+#: Prometheus children by (metric, label values): ``labels()`` takes a lock and checks its
+#: values on every call, a dozen times a GET. Bounded by the profiles, formats, zones and
+#: roles there are.
+_CHILDREN: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    key = (metric, *labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = metric.labels(*labels)
+    return child
+
+
 def _observe(profile: Profile, plan: RequestPlan) -> None:
     m = plan.assembly.measurement
     manifest, reuse = plan.manifest, plan.reuse
     fmt = manifest.format
     limit = plan.assembly.budget.input_limit
     for role, tokens in m.by_role.items():
-        metrics.ASSEMBLED_TOKENS.labels(profile.name, role).inc(tokens)
-        metrics.BUDGET_OCCUPANCY.labels(profile.name, role).observe(tokens / limit)
-    metrics.REQUEST_TOKENS.labels(profile.name).observe(m.total)
-    metrics.PREDICTED_REUSED_TOKENS.labels(profile.name, fmt).inc(reuse.predicted_cached_tokens)
-    metrics.REUSE_RATIO.labels(profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
+        _child(metrics.ASSEMBLED_TOKENS, profile.name, role).inc(tokens)
+        _child(metrics.BUDGET_OCCUPANCY, profile.name, role).observe(tokens / limit)
+    _child(metrics.REQUEST_TOKENS, profile.name).observe(m.total)
+    _child(metrics.PREDICTED_REUSED_TOKENS, profile.name, fmt).inc(reuse.predicted_cached_tokens)
+    _child(metrics.REUSE_RATIO, profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
     if manifest.cache.first_divergence is not None:
-        metrics.TRUNK_REWRITES.labels(profile.name, manifest.cache.first_divergence.zone).inc()
+        _child(metrics.TRUNK_REWRITES, profile.name, manifest.cache.first_divergence.zone).inc()
     segments = m.extra.get("segments")
     if isinstance(segments, dict):
         for zone, counts in segments.items():
             for result in ("hits", "misses"):
                 if counts[result]:
-                    metrics.SEGMENT_CACHE.labels(profile.name, zone, result).inc(counts[result])
+                    _child(metrics.SEGMENT_CACHE, profile.name, zone, result).inc(counts[result])
     evicted = sum(filter(None, map(attrgetter("tokens"), manifest.elided)))
     capped = sum(map(attrgetter("elided_tokens"), manifest.items))
     if evicted:
-        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(evicted)
+        _child(metrics.ELIDED_TOKENS, profile.name, "evicted").inc(evicted)
     if capped:
-        metrics.ELIDED_TOKENS.labels(profile.name, "item_cap").inc(capped)
+        _child(metrics.ELIDED_TOKENS, profile.name, "item_cap").inc(capped)
