@@ -36,7 +36,7 @@ from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
-from app.store.db import read_only, unit_of_work
+from app.store.db import core_read, core_write
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -306,7 +306,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
     """
     check_format(fmt)
     for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
-        with read_only(read_factory or factory) as db:
+        with core_read(read_factory or factory) as db:
             loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
         plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile),
@@ -314,7 +314,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens)
-        with unit_of_work(factory) as db:
+        with core_write(factory) as db:
             saved = save(db, plan, loaded.base)
             if saved is None:
                 db.rollback()
