@@ -643,10 +643,6 @@ class _GroupView:
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
 
-    def bounded(self, counts: tuple[int | None, ...]) -> dict[str, BoundedResult]:
-        """The group's results bounded with these known counts (built by _group_views)."""
-        return self._bounded[counts]
-
     def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...]) -> tuple[Item, ...]:
         found = self._items.get((placement, counts))
         if found is None:
@@ -760,7 +756,7 @@ def assemble_window(
     views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
-        bounded.update(view.bounded(group_counts))
+        bounded.update(view._bounded[group_counts])  # built by _group_views
     sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
     leaf_groups = [view.messages for view in views]
 
@@ -864,7 +860,8 @@ def assemble_window(
             items.extend(_group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs], KEPT,
                                       fitted=fitted))
         else:
-            items.extend(view.items(group, KEPT, known_counts[index]))
+            found_items = view._items.get((KEPT, known_counts[index]))  # inline: once per group and GET
+            items.extend(found_items if found_items is not None else view.items(group, KEPT, known_counts[index]))
     for write in writes:
         if write.seq >= boundary:
             items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
@@ -885,7 +882,8 @@ def assemble_window(
     declared = declared_tools(session)
     warnings = list(measurement.warnings)
     for group, view in zip(groups[k:], views[k:]):
-        warnings.extend(view.warnings(group, declared))
+        held = view._warnings  # inline: once per group and GET
+        warnings.extend(held[1] if held is not None and held[0] == declared else view.warnings(group, declared))
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")

@@ -350,7 +350,7 @@ class Manifest:
             "session_id": self.session_id, "profile": self.profile, "format": self.format, "last_seq": self.last_seq,
             "request_sha256": self.request_sha256, "tokens": self.tokens.to_json(), "budget": dict(self.budget),
             "cache": self.cache.to_json(), "layout": self.layout.to_json(),
-            "items": [i.to_json() for i in self.items], "elided": [i.to_json() for i in self.elided],
+            "items": _items_json(self.items), "elided": _items_json(self.elided),
             "elided_tokens": self.elided_tokens,
         }
         if self.elided_tokens_exact is not None:
@@ -379,6 +379,11 @@ class Manifest:
             ranges=tuple(EventRange.from_json(r) for r in data.get("ranges", ())),
             id=None if data.get("id") is None else int(data["id"]),
         )
+
+
+def _items_json(items: tuple[Item, ...]) -> list[dict[str, Any]]:
+    """Each item's JSON (:meth:`Item.to_json`; the memo read inline: hundreds a manifest)."""
+    return [i.__dict__.get("_json") or i.to_json() for i in items]
 
 
 @dataclass(frozen=True)
