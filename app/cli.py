@@ -55,6 +55,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"error: invalid CTXD_ setting(s): {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    import os
+
+    # the app decides whether API keys are required (CTXD_AUTH=auto) from the bind address
+    os.environ["CTXD_HOST"] = args.host
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -101,6 +105,46 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
     upgrade_head()
     print("database schema is at head")
+    return EXIT_OK
+
+
+def _keys_db() -> Any:
+    from app.settings import Settings
+    from app.store.db import make_engine, make_session_factory
+    from app.store.migrate import upgrade_head
+
+    url = Settings().effective_database_url
+    upgrade_head(url)
+    return make_session_factory(make_engine(url))
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    """``keys create`` prints only the key (once: it is never stored); ``revoke`` and ``list``
+    report on stderr / stdout."""
+    from app.domain.errors import InvalidParameter
+    from app.services import tenancy
+    from app.store.db import unit_of_work
+
+    factory = _keys_db()
+    with unit_of_work(factory) as db:
+        if args.keys_command == "create":
+            try:
+                key_id, key = tenancy.create_key(db, args.tenant)
+            except InvalidParameter as exc:
+                print(f"error: {exc.detail}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            print(key)
+            print(f"created key {key_id} for tenant {args.tenant!r}; it is shown only this once", file=sys.stderr)
+            return EXIT_OK
+        if args.keys_command == "revoke":
+            if not tenancy.revoke_key(db, args.key):
+                print(f"error: no active key {tenancy.key_id_of(args.key)!r}", file=sys.stderr)
+                return EXIT_FAILED
+            print(f"revoked key {tenancy.key_id_of(args.key)}", file=sys.stderr)
+            return EXIT_OK
+        for key in tenancy.list_keys(db):
+            print(f"{key['key_id']}  tenant={key['tenant']}  created={key['created_at']}"
+                  + (f"  revoked={key['revoked_at']}" if key["revoked_at"] else ""))
     return EXIT_OK
 
 
@@ -276,6 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
     p.set_defaults(handler=_cmd_migrate)
+
+    p = sub.add_parser("keys", help="create, revoke and list API keys (the database of the CTXD_ settings)",
+                       description="API keys (sent as 'Authorization: Bearer <key>'). With CTXD_AUTH=auto they are "
+                                   "required unless ctxd serves on a loopback address.")
+    keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    k = keys.add_parser("create", help="create a key for a tenant (created if new); prints only the key, once")
+    k.add_argument("--tenant", required=True, help="tenant name (1-64 of [A-Za-z0-9._-]); 'default' owns the "
+                                                   "sessions made without a key")
+    k = keys.add_parser("revoke", help="revoke a key (its id, or the whole key)")
+    k.add_argument("key", help="the key id (12 hex, the part after ctxd_) or the whole key")
+    keys.add_parser("list", help="key ids, tenants, creation and revocation times (never the keys)")
+    p.set_defaults(handler=_cmd_keys)
 
     p = sub.add_parser(
         "replay",

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from app.api import problems
 from app.api.middleware import RequestContext
 from app.api.routes import ops, v1
+from app.api.routes import tenancy as tenancy_routes
 from app.observability import metrics
 from app.observability.logs import configure_logging
 from app.settings import Settings, offline_environment
@@ -52,6 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from app.services.memo import AssemblyMemo, install_memo
 
         install_memo(meter_registry, AssemblyMemo(max_bytes=settings.memo_bytes))
+        from app.services.ratelimits import TenantRateLimiter
+
+        app.state.rate_limiter = TenantRateLimiter(settings.rate_limit, redis_url=settings.redis_url)
         app.state.token_cache = token_cache
         app.state.settings = settings
         app.state.engine = engine
@@ -87,7 +91,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(v1.router)
+    app.include_router(tenancy_routes.router)
     app.include_router(ops.router)
+    from app.api.auth import AuthMiddleware
+
+    app.add_middleware(AuthMiddleware)  # API keys, tenant scope, rate limits: before any body is read
 
     app.add_middleware(RequestContext)  # request id, HTTP metrics, unexpected errors as a logged 500
 

@@ -143,6 +143,11 @@ class AssemblyMemo:
             entry.prefix[fmt] = (bytes(packed_ids), tuple(chain))
             self._resize(entry, before)
 
+    def forget(self, session_id: str) -> None:
+        """Drop everything held for the session (it was deleted)."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
 
 def install_memo(owner: Any, memo: AssemblyMemo) -> AssemblyMemo:
     """Attach ``memo`` to a long-lived object (the app's MeterRegistry)."""

@@ -19,6 +19,7 @@ from app.observability import metrics
 from app.services.memo import AssemblyMemo, memo_of
 from app.services.sessions import require_session_row
 from app.store import repository as repo
+from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -203,7 +204,7 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
                                render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
                                payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
     for handle, data in assembly.derived_payloads.items():
-        stored = repo.put_payload(db, data)
+        stored = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
         if stored != handle:  # content-addressed: the note must name exactly what is stored
             raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     body = serialize(assembly, profile, fmt, session_id=session_id, model=row.model)

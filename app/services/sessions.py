@@ -13,8 +13,10 @@ from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
 from app.domain.layout import canonical_json
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
+from app.store.tenancy import own_payload
 from app.store.tables import ArtifactRow, SessionRow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -23,8 +25,8 @@ from app.observability import metrics
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
                    tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None,
-                   model: str | None = None) -> str:
-    """Create a session; returns its id (32 hex chars). ``model`` is the ``model`` of the
+                   model: str | None = None, tenant_id: str = DEFAULT_TENANT) -> str:
+    """Create a session of tenant ``tenant_id``; returns its id (32 hex chars). ``model`` is the ``model`` of the
     session's request bodies (every format); None follows the profile's model.
 
     With ``meters``, the text rendered verbatim (contract goal and constraints, which are
@@ -51,7 +53,7 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
                 control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     metadata=metadata, model=model)
+                     metadata=metadata, model=model, tenant_id=tenant_id)
     return session_id
 
 
@@ -155,7 +157,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                          "tool_calls": body.get("tool_calls") or []}
             data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
                                     **where)
-            body["handle"] = repo.put_payload(db, data)
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -171,7 +174,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             else:
                 answers.append((call_id, seq + 1))
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
-            body["handle"] = repo.put_payload(db, data)
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
             new_outputs.append(body["handle"])
             binding = body.get("binding")
             if binding is not None and binding.get("revision") is None:

@@ -49,9 +49,10 @@ def session_from_row(row: SessionRow) -> Session:
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
-                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None) -> SessionRow:
+                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
+                tenant_id: str = "default") -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0, cut_seq=0)
+                     meta=metadata, model=model, last_seq=0, cut_seq=0, tenant_id=tenant_id)
     db.add(row)
     db.flush()
     return row

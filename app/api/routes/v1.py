@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
+from app.api.auth import Caller
 from app.api.deps import Meters, Profiles, Uow
+from app.api.problems import documented
 from app.api.schemas import (
     ROW_ID_MAX,
     AssembledRequest,
@@ -27,29 +29,22 @@ from app.services import sessions as session_service
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
 
-PROBLEM = {"content": {"application/problem+json": {}}}
-ERRORS: dict[int | str, dict[str, Any]] = {400: {"description": "The body cannot be parsed", **PROBLEM},
-                                           404: {"description": "Not found", **PROBLEM},
-                                           409: {"description": "Conflict", **PROBLEM},
-                                           413: {"description": "Payload or request body too large", **PROBLEM},
-                                           416: {"description": "Range not satisfiable", **PROBLEM},
-                                           422: {"description": "Invalid input", **PROBLEM}}
-
-
-@router.post("/sessions", status_code=201, response_model=SessionCreated, responses=ERRORS)
-def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters) -> SessionCreated:
-    """Create a session (profile, task contract, system instructions, tool declarations).
-    Contract, system or tool text that spells a control token of the profile is 422."""
+@router.post("/sessions", status_code=201, response_model=SessionCreated, responses=documented(400, 413))
+def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
+                   caller: Caller) -> SessionCreated:
+    """Create a session (profile, task contract, system instructions, tool declarations) of
+    the caller's tenant. Contract, system or tool text that spells a control token of the
+    profile is 422."""
     profile = body.profile or request.app.state.settings.default_profile
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
             tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters,
-            model=body.model)
+            model=body.model, tenant_id=caller.tenant_id)
     return SessionCreated(id=session_id)
 
 
-@router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
+@router.get("/sessions/{session_id}", response_model=SessionOut, responses=documented(404))
 def get_session(session_id: str, uow: Uow, profiles: Profiles) -> SessionOut:
     """The session (``model``: the one its request bodies name), its event count, last seq
     and artifact revisions."""
@@ -57,7 +52,7 @@ def get_session(session_id: str, uow: Uow, profiles: Profiles) -> SessionOut:
         return SessionOut(**session_service.describe_session(db, session_id, profiles))
 
 
-@router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
+@router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
 def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
                 background: BackgroundTasks) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
@@ -80,7 +75,7 @@ def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, session_id: str,
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
 
-@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=ERRORS)
+@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=documented(400, 404, 409, 413))
 def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> PreconditionOut:
     """Action-time precondition (compare-and-swap, seed 000 section 4.7.2): 200 when the
     artifact is still at the presented revision / content hash, else 409 problem+json
@@ -91,7 +86,7 @@ def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> Preco
     return PreconditionOut(**state.as_dict())
 
 
-@router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=ERRORS)
+@router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=documented(404, 503))
 def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
                 format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> AssembledRequest:
     """The next model request for ``format``, with its manifest (persisted)."""
@@ -100,7 +95,7 @@ def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
     return AssembledRequest(request=out.request, manifest=out.manifest)
 
 
-@router.get("/sessions/{session_id}/manifests", responses=ERRORS)
+@router.get("/sessions/{session_id}/manifests", responses=documented(404))
 def list_manifests(session_id: str, uow: Uow,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
                    before_id: Annotated[int | None, Query(ge=1, le=ROW_ID_MAX, description="page on: ids below this one")] = None,
@@ -110,20 +105,8 @@ def list_manifests(session_id: str, uow: Uow,
         return request_service.list_manifests(db, session_id, limit=limit, before_id=before_id)
 
 
-@router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=ERRORS)
+@router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=documented(404))
 def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1, le=ROW_ID_MAX)], uow: Uow) -> dict[str, Any]:
     """One persisted manifest, as it was served (``manifest.id`` of a request)."""
     with uow() as db:
         return request_service.get_manifest(db, session_id, manifest_id)
-
-
-@router.get("/handles/{handle}", responses=ERRORS | {200: {"content": {"application/octet-stream": {}}}})
-def get_handle(handle: str, uow: Uow,
-               offset: Annotated[int | None, Query(ge=0, description="byte offset")] = None,
-               length: Annotated[int | None, Query(ge=0, description="bytes")] = None,
-               lines: Annotated[str | None, Query(pattern=r"^\d+:\d+$", description="a:b, 1-based, inclusive")] = None) -> Response:
-    """The raw payload exactly as posted, or a byte or line slice of it."""
-    with uow() as db:
-        full, data, size = session_service.read_handle(db, handle, offset=offset, length=length, lines=lines)
-    return Response(content=data, media_type="application/octet-stream",
-                    headers={"X-Ctxd-Handle": full, "X-Ctxd-Payload-Size": str(size), "ETag": f'"{full}"'})
