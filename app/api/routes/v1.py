@@ -25,6 +25,7 @@ from app.api.routing import CheckedRoute
 from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
+from app.services import tenancy as tenancy_service
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
@@ -54,13 +55,15 @@ def get_session(session_id: str, uow: Uow, profiles: Profiles) -> SessionOut:
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
 def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
-                background: BackgroundTasks) -> EventBatchOut:
+                background: BackgroundTasks, caller: Caller) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
-    tool outputs' token counts are computed after the response (manifests report them)."""
+    tool outputs' token counts are computed after the response (manifests report them).
+    A batch that brings the tenant over its storage quota is 429 and stores nothing."""
     events = [e.model_dump(mode="json") for e in batch.events]
+    settings = request.app.state.settings
     with uow() as db:
-        out = session_service.ingest_events(db, session_id, events,
-                                            max_payload_bytes=request.app.state.settings.max_payload_bytes)
+        out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes)
+        tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
     handles = sorted(set(out.pop("new_tool_outputs")))
     if handles:
         background.add_task(_count_tokens, uow, profiles, meters, session_id, handles)
