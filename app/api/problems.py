@@ -107,7 +107,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {404: "Not found", 405: "Method not allowed", 413: "Request body too large"}.get(exc.status_code,
+        title = {400: "Malformed JSON", 404: "Not found", 405: "Method not allowed",
+                 413: "Request body too large"}.get(exc.status_code,
                                                                                                 "HTTP error")
         return problem(exc.status_code, title, str(exc.detail), instance=request.url.path,
                        **getattr(exc, "extra", {}))
