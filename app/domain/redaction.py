@@ -122,7 +122,8 @@ def pattern_spans(text: str) -> list[Span]:
 def merge(spans: Iterable[Span]) -> list[Span]:
     """Overlapping spans merged (the kind of the earliest, longest one), sorted."""
     out: list[Span] = []
-    for span in sorted(spans, key=lambda s: (s.start, -s.end)):
+    # at one place, the longest span; of equal ones, a named kind before the generic assignment
+    for span in sorted(spans, key=lambda s: (s.start, -s.end, s.kind == "secret-assignment", s.kind)):
         if span.end <= span.start:
             continue
         if out and span.start < out[-1].end:

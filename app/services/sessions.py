@@ -17,6 +17,7 @@ from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
 from app.store.tenancy import own_payload
+from app.services import redaction
 from app.store.tables import ArtifactRow, SessionRow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -102,7 +103,7 @@ def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id
 
 
 def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
-                  max_payload_bytes: int | None = None) -> dict[str, Any]:
+                  max_payload_bytes: int | None = None, redact: bool = True) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
@@ -110,6 +111,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     conflict. Payloads go to content-addressed storage; the log keeps their handles.
     ``max_payload_bytes`` bounds each new payload: a tool result's payload (UTF-8 bytes)
     and a message's canonical JSON (content, reasoning, tool calls).
+
+    ``redact`` (issue 12 item 5, app/services/redaction.py): secrets are redacted once,
+    here, in what enters requests: a message's content, reasoning and tool-call arguments
+    (stored redacted in the event; arguments stay valid JSON) and a tool output (its
+    redacted text stored as a payload of its own, ``view``); the event records the kinds
+    (``redactions``), which the manifest item reports as a transform. The raw bytes stay
+    whole behind the event's handle. Contract, system text and tools are never redacted.
 
     Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
     "new_tool_outputs": [handles of the tool results created by this batch]}``.
@@ -159,6 +167,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                                     **where)
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            if redact and (kinds := redaction.redact_event(body)):
+                body["redactions"] = list(kinds)
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -176,7 +186,11 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
-            new_outputs.append(body["handle"])
+            done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            if done is not None and done.changed:
+                body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
+                body["redactions"] = list(done.kinds)
+            new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
             binding = body.get("binding")
             if binding is not None and binding.get("revision") is None:
                 binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])

@@ -235,6 +235,12 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
     return max(found, key=lambda r: r[0])[1] if found else None
 
 
+def text_handle(body: dict[str, Any]) -> str:
+    """The handle of the text a tool result brings into requests: its redacted ``view``
+    when ingest redacted secrets from it, else its payload's."""
+    return str(body.get("view") or body["handle"])
+
+
 def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     body = row.body
     if row.kind == "message":
@@ -242,13 +248,15 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
             seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",
             handle=body["handle"], reasoning=body.get("reasoning"),
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
         return ToolResultEvent(
-            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
+            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[text_handle(body)],
             handle=body["handle"], exit_code=body.get("exit_code"),
             binding=Binding(**binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
@@ -262,7 +270,7 @@ def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq
     if upto_seq is not None:
         query = query.where(EventRow.seq <= upto_seq)
     rows = db.execute(query.order_by(EventRow.seq)).scalars().all()
-    handles = [r.body["handle"] for r in rows if r.kind == "tool_result"]
+    handles = [text_handle(r.body) for r in rows if r.kind == "tool_result"]
     payloads = get_payload_texts(db, handles)
     return [event_from_row(r, payloads) for r in rows]
 

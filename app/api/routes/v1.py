@@ -62,7 +62,8 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
     events = [e.model_dump(mode="json") for e in batch.events]
     settings = request.app.state.settings
     with uow() as db:
-        out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes)
+        out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes,
+                                            redact=settings.redact_secrets)
         tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
     handles = sorted(set(out.pop("new_tool_outputs")))
     if handles:
