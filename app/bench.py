@@ -228,7 +228,7 @@ class Harness:
 
     def __init__(self, directory: Path) -> None:
         from app.settings import offline_environment
-        from app.store.db import make_engine, make_session_factory
+        from app.store.db import make_engine, make_read_factory, make_session_factory
         from app.store.migrate import upgrade_head
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
 
@@ -240,7 +240,9 @@ class Harness:
         upgrade_head(url)
         self.engine = make_engine(url)
         self.factory = make_session_factory(self.engine)
+        self.read_factory = make_read_factory(self.engine)
         self.profiles = ProfileRegistry(load_profiles())
+        self.memos: dict[int, Any] = {}  # one assembly memo per meter registry (mode), as each server has its own
         self.statements = 0  # SQL statements sent to the database (an executemany counts once)
 
         @event.listens_for(self.engine, "before_cursor_execute")
@@ -296,37 +298,47 @@ class Harness:
         if meters is not None and out["new_tool_outputs"]:
             tokenizer_id, counts = session_service.count_payload_tokens(
                 lambda: unit_of_work(self.factory), self.profiles, meters, session_id, out["new_tool_outputs"])
-            request_service.remember_payload_tokens(meters, session_id, tokenizer_id, counts)
+            request_service.remember_payload_tokens(self.memo_for(meters), session_id, tokenizer_id, counts)
         return int(out["last_seq"]), seconds
 
+    def memo_for(self, meters: Any) -> Any:
+        """The assembly memo of the server that ``meters`` stands for (one per mode)."""
+        from app.services.memo import AssemblyMemo
+
+        return self.memos.setdefault(id(meters), AssemblyMemo())
+
     def stored_bytes(self, session_id: str) -> dict[str, int]:
-        """Bytes of the session's manifests and prefix states as stored (JSON text)."""
+        """Bytes of the session's manifests (compressed keyframes and deltas, plus any JSON
+        stored before migration 0006_manifest_deltas) and prefix states as stored."""
         from sqlalchemy import text
 
         with self.engine.connect() as conn:
             row = conn.execute(text(
-                "SELECT (SELECT coalesce(sum(length(CAST(manifest AS BLOB))), 0) FROM manifests WHERE session_id = :s), "
+                "SELECT (SELECT coalesce(sum(coalesce(length(data), 0) + coalesce(length(CAST(manifest AS BLOB)), 0)), 0) "
+                "FROM manifests WHERE session_id = :s), "
                 "(SELECT count(*) FROM manifests WHERE session_id = :s), "
-                "(SELECT coalesce(sum(length(CAST(state AS BLOB)) + length(CAST(layout AS BLOB))), 0) "
+                "(SELECT coalesce(sum(length(CAST(state AS BLOB))), 0) "
                 "FROM prefix_states WHERE session_id = :s)"), {"s": session_id}).one()
             conn.rollback()
         return {"manifests_bytes": int(row[0]), "manifests": int(row[1]), "prefix_state_bytes": int(row[2])}
 
     def timed_get(self, meters: Any, session_id: str, *, io: dict[str, int] | None = None) -> tuple[float, Any]:
-        """One GET: ``assemble_request`` + commit, timed (seconds). With ``io`` (a dict, filled
-        in): the WAL is checkpointed before and after the GET (untimed) and ``io`` gets
-        ``statements`` (SQL statements of the GET), ``wal_bytes`` (what the GET appended to
-        the WAL) and ``db_growth_bytes`` (growth of the main database file once checkpointed)."""
+        """One GET: ``assemble_request`` (load, plan, save), timed (seconds). Each meter
+        registry (mode) has its own assembly memo, as each server has its own. With ``io``
+        (a dict, filled in): the WAL is checkpointed before and after the GET (untimed)
+        and ``io`` gets ``statements`` (SQL statements of the GET), ``wal_bytes`` (what the
+        GET appended to the WAL) and ``db_growth_bytes`` (growth of the main database file
+        once checkpointed)."""
         from app.services.requests import assemble_request
 
+        memo = self.memo_for(meters)
         if io is not None:
             _, size_before = self.checkpoint()
         statements = self.statements
-        with self.factory() as db:
-            t0 = time.perf_counter()
-            out = assemble_request(db, self.profiles, meters, session_id, fmt="openai")
-            db.commit()
-            t1 = time.perf_counter()
+        t0 = time.perf_counter()
+        out = assemble_request(self.factory, self.profiles, meters, session_id, fmt="openai", memo=memo,
+                               read_factory=self.read_factory)
+        t1 = time.perf_counter()
         if io is not None:
             io["statements"] = self.statements - statements
             io["wal_bytes"], size_after = self.checkpoint()
@@ -368,9 +380,9 @@ def _body_digest(body: dict[str, Any]) -> str:
 
 def _record(step: Any, seconds: float, out: Any, io: dict[str, int] | None = None) -> CallRecord:
     m = out.manifest
-    return CallRecord(call=step.index, tokens=int(m["tokens"]["total"]), by_zone=dict(m["tokens"]["by_zone"]),
-                      seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m["elided"]),
-                      extends_previous=bool(m.get("cache", {}).get("extends_previous")), io=io)
+    return CallRecord(call=step.index, tokens=m.tokens.total, by_zone=dict(m.tokens.by_zone),
+                      seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m.elided),
+                      extends_previous=m.cache.extends_previous, io=io)
 
 
 def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | None = None,
@@ -626,7 +638,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                         ids = tokenizer.apply_chat_template(msgs, tools=body.get("tools"), add_generation_prompt=True,
                                                             tokenize=True, return_dict=False)
                         times[len(runs[mode]) - 1] = time.perf_counter() - t0
-                        if len(ids) != out.manifest["tokens"]["total"]:
+                        if len(ids) != out.manifest.tokens.total:
                             template_mismatch.append(len(runs[mode]) - 1)
                 order = order[1:] + order[:1]
                 advance()
@@ -702,7 +714,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                    "naive_template_calls": getattr(meters["naive"], "template_calls", None)},
         "calls": calls,
         "definitions": {
-            "timed": "assemble_request(...) + commit, in process, SQLite in a temp dir, one thread",
+            "timed": "assemble_request(...): load, plan, save (committed), in process, SQLite in a temp dir, one thread",
             "warm": "LocalLRUCache segment cache persisting across the calls of a replay (emptied per repetition)",
             "cold": "segment cache and meter memos (render offsets, per-payload counts) emptied before every GET",
             "naive": "meter replaced by one full apply_chat_template(tokenize=True) per measurement",

@@ -28,7 +28,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from app.store.db import make_engine, make_session_factory
+        from app.services.memo import AssemblyMemo
+        from app.store.db import make_engine, make_read_factory, make_session_factory
         from app.store.migrate import upgrade_head
         from app.tokenizers.loading import MeterRegistry
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
@@ -50,9 +51,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             token_cache = LocalLRUCache(settings.local_cache_bytes)
         meter_registry = MeterRegistry(token_cache)
-        from app.services.memo import AssemblyMemo, install_memo
-
-        install_memo(meter_registry, AssemblyMemo(max_bytes=settings.memo_bytes))
         from app.services.ratelimits import TenantRateLimiter
 
         app.state.rate_limiter = TenantRateLimiter(settings.rate_limit, redis_url=settings.redis_url)
@@ -60,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
+        app.state.read_factory = make_read_factory(engine)
+        app.state.memo = AssemblyMemo(max_bytes=settings.memo_bytes)
         app.state.profiles = registry
         app.state.meters = meter_registry
         app.state.tokenizer_ready = threading.Event()

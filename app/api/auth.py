@@ -33,6 +33,7 @@ from app.domain.tenancy import DEFAULT_TENANT, Principal
 from app.observability import metrics
 from app.services import tenancy
 from app.settings import Settings
+from app.store.db import read_only
 
 audit = logging.getLogger("ctxd.audit")
 
@@ -87,20 +88,15 @@ def _authorize(app: Any, scope: Scope) -> Principal:
     principal = Principal(DEFAULT_TENANT)
     if required or session_id is not None:
         headers = {k.lower(): v for k, v in scope.get("headers") or []}
-        with read_factory(app)() as db:
-            try:
-                if required:
-                    raw = headers.get(b"authorization")
-                    principal = tenancy.authenticate(db, raw.decode("latin-1") if raw is not None else None)
-                    app.state.rate_limiter.check(principal.tenant_id)
-                    audit.info("key used: key_id=%s tenant=%s %s %s session=%s", principal.key_id, principal.tenant_id,
-                               scope.get("method"), scope.get("path"), session_id or "-")
-                else:
-                    app.state.rate_limiter.check(principal.tenant_id)
-                if session_id is not None:
-                    tenancy.require_session(db, session_id, principal)
-            finally:
-                db.rollback()
+        with read_only(read_factory(app)) as db:
+            if required:
+                raw = headers.get(b"authorization")
+                principal = tenancy.authenticate(db, raw.decode("latin-1") if raw is not None else None)
+                audit.info("key used: key_id=%s tenant=%s %s %s session=%s", principal.key_id, principal.tenant_id,
+                           scope.get("method"), scope.get("path"), session_id or "-")
+            app.state.rate_limiter.check(principal.tenant_id)
+            if session_id is not None:
+                tenancy.require_session(db, session_id, principal)
     else:
         app.state.rate_limiter.check(principal.tenant_id)
     return principal

@@ -11,6 +11,7 @@ from typing import Annotated, ContextManager
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session as OrmSession
 
+from app.services.memo import AssemblyMemo
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -24,6 +25,15 @@ class UnitOfWork:
         return unit_of_work(self._factory)
 
 
+class Database:
+    """The app's session factories: ``write`` (one transaction per unit of work) and
+    ``read`` (snapshot reads, no write lock; app/store/db.py ``make_read_factory``)."""
+
+    def __init__(self, request: Request) -> None:
+        self.write = request.app.state.session_factory
+        self.read = request.app.state.read_factory
+
+
 def profiles(request: Request) -> ProfileRegistry:
     return request.app.state.profiles  # type: ignore[no-any-return]
 
@@ -32,6 +42,12 @@ def meters(request: Request) -> MeterRegistry:
     return request.app.state.meters  # type: ignore[no-any-return]
 
 
+def memo(request: Request) -> AssemblyMemo:
+    return request.app.state.memo  # type: ignore[no-any-return]
+
+
 Uow = Annotated[UnitOfWork, Depends(UnitOfWork)]
+Db = Annotated[Database, Depends(Database)]
+Memo = Annotated[AssemblyMemo, Depends(memo)]
 Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]

@@ -31,6 +31,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.NewestGroupOverBudget: 422,
     errors.ProviderRuleViolation: 422,
     errors.TokenizerUnavailable: 503,
+    errors.LayoutContention: 503,
     errors.InvalidPrecondition: 422,
     errors.PreconditionFailed: 409,
     errors.ServerFault: 500,

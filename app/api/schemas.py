@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.domain.manifest import Representation
+
 
 def _no_nul(value: str) -> str:
     if "\x00" in value:
@@ -213,9 +215,151 @@ class EventBatchOut(BaseModel):
     results: list[EventResult]
 
 
+# --- manifests (response models: they document the GET answers in the OpenAPI document;
+# the routes return pre-serialized bytes, see app/api/routes/v1.py) ---------------------
+
+
+class Described(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TokensOut(Described):
+    """Exact tokens of the rendered request (profile tokenizer, chat framing included)."""
+
+    total: int
+    by_zone: dict[Literal["root", "trunk", "leaf"], int]
+    by_role: dict[Literal["system", "tools", "task_state", "observations"], int]
+
+
+class BudgetOut(Described):
+    """Eq. 1: ``input_limit = window - output_reserve - headroom`` (tokens)."""
+
+    window: int
+    output_reserve: int
+    headroom: int
+    input_limit: int
+    low_watermark: int = Field(description="eviction target T_lo (tokens)")
+    role_limits: dict[str, int] = Field(description="each budget role's planning share of input_limit (tokens)")
+
+
+class DivergenceOut(Described):
+    zone: Literal["root", "trunk", "leaf"]
+    seq: int | None
+    token_offset: int
+    reason: str
+
+
+class CacheOut(Described):
+    """Prefix reuse against the previous request of the session in the same format."""
+
+    model: Literal["vllm_blocks", "openai", "anthropic", "none"]
+    block_size: int
+    predicted_cached_tokens: int
+    uncached_tokens: int
+    previous_tokens: int
+    common_prefix_tokens: int
+    common_prefix_exact: bool
+    extends_previous: bool
+    breakpoints: list[int] | None = Field(default=None, description="cache_control token offsets (anthropic)")
+    first_divergence: DivergenceOut | None = Field(default=None, description="set when the request does not "
+                                                   "extend the previous one")
+
+
+class LayoutOut(Described):
+    root: str
+    trunk: str
+    leaf: str
+    cut_seq: int = Field(description="seq of the first kept turn group; earlier groups are elided")
+    version: int | None = Field(default=None, description="version of the session's layout state")
+    evicted_now: int
+    elision_index: list[str] = Field(description="handles of the index payloads the elision note names")
+
+
+class TransformOut(Described):
+    name: str
+    count: int | None = None
+    note: str = ""
+
+
+class ItemOut(Described):
+    """One event as the manifest accounts for it."""
+
+    seq: int
+    event_id: str
+    kind: Literal["message", "tool_result", "artifact_write", "step"]
+    handle: str | None = None
+    call_id: str | None = None
+    bytes: int | None = Field(default=None, description="payload bytes (UTF-8) of a tool result")
+    lines: int | None = Field(default=None, description='payload lines ("\\n") of a tool result')
+    tokens_known: bool | None = Field(default=None, description="whether the tool result's payload tokens are "
+                                      "known yet (counted once after its POST)")
+    tokens: int | None = Field(default=None, description="payload tokens of a tool result, when known")
+    zone: Literal["root", "trunk", "leaf"] | None
+    representation: Representation
+    why: str
+    elided_bytes: int | None = Field(default=None, description="bytes a head + tail cut leaves out")
+    elided_lines: list[int] | None = Field(default=None, description="[first, last] line a head + tail cut leaves "
+                                           "out (read them back with ?lines=first:last)")
+    elided_tokens: int | None = Field(default=None, description="tokens cut out of a head + tail result, when known")
+    pending_calls: list[str] | None = None
+    transforms: list[TransformOut] | None = Field(default=None, description="changes applied to the text on its way "
+                                                  "into the request, in the order applied")
+
+
+class EventRangeOut(Described):
+    """Older events accounted for together (the manifest stays bounded by the window)."""
+
+    seq_from: int
+    seq_to: int
+    events: int
+    representations: dict[Representation, int]
+    tokens: int = Field(description="payload tokens of the elided tool results in the range (the known counts)")
+    bytes: int | None = Field(default=None, description="payload bytes of the elided tool results in the range")
+    tokens_known: bool | None = Field(default=None, description="false while some result's count is not known yet")
+    index: str | None = Field(description="handle of the index payload naming their turn and result handles")
+    why: str
+
+
+class ManifestOut(Described):
+    """What the request contains and why (persisted under ``id``)."""
+
+    session_id: str
+    profile: str
+    format: Literal["openai", "anthropic", "tokens"]
+    last_seq: int
+    request_sha256: str = Field(description="sha256 of the request body's JSON bytes")
+    tokens: TokensOut
+    budget: BudgetOut
+    cache: CacheOut
+    layout: LayoutOut
+    items: list[ItemOut]
+    elided: list[ItemOut] = Field(description="evicted events of the newest evicted turn groups, each with its handle")
+    elided_tokens: int
+    elided_tokens_exact: bool | None = Field(default=None, description="false while some elided or cut output's "
+                                             "token count is not known yet (elided_tokens sums the known ones)")
+    layout_warnings: list[str]
+    ranges: list[EventRangeOut] | None = Field(default=None, description="older events accounted for together")
+    id: int
+
+
 class AssembledRequest(BaseModel):
-    request: dict[str, Any]
-    manifest: dict[str, Any]
+    request: dict[str, Any] = Field(description="the wire body for the requested format, to send as is")
+    manifest: ManifestOut
+
+
+class ManifestSummaryOut(Described):
+    id: int
+    format: str
+    last_seq: int
+    request_sha256: str
+    tokens_total: int
+    created_at: str
+
+
+class ManifestList(Described):
+    session_id: str
+    manifests: list[ManifestSummaryOut]
+    next_before_id: int | None
 
 
 class PreconditionIn(Strict):

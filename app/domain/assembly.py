@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
 
@@ -29,6 +29,7 @@ from app.domain.layout import (
     render_contract,
     tool_arguments,
 )
+from app.domain.manifest import EventRange, Item, Representation, Transform
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
@@ -65,8 +66,8 @@ class BoundedResult:
     neutralised: int = 0
 
     @property
-    def representation(self) -> str:
-        return "head_tail" if self.span is not None else "verbatim"
+    def representation(self) -> Representation:
+        return Representation.HEAD_TAIL if self.span is not None else Representation.VERBATIM
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,11 @@ class Assembly:
     measurement: Measurement
     budget: Budget
     cut_seq: int
-    items: tuple[dict[str, Any], ...]
-    elided: tuple[dict[str, Any], ...]
+    items: tuple[Item, ...]
+    elided: tuple[Item, ...]
     evicted_now: int
     warnings: tuple[str, ...] = field(default=())
+    ranges: tuple[EventRange, ...] = field(default=())  # older events, accounted together
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
 
 
@@ -307,21 +309,28 @@ def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
     return out
 
 
-def leaf_transforms(group: TurnGroup) -> list[str]:
+#: Names of the provider-rule transforms (README "Provider rules", rules L1-L3).
+TRIM_TRAILING_WHITESPACE = "trim_trailing_whitespace"  # L3
+FUNCTION_NAME = "function_name"  # L2
+ARGUMENTS_OBJECT = "arguments_object"  # L1
+
+
+def leaf_transforms(group: TurnGroup) -> list[Transform]:
     """What the leaf-level rules (README "Provider rules") changed in the group's message as
     the request carries it (its text, and the calls sent: those with a result), for the
-    manifest item's ``transform``."""
+    manifest item's ``transforms``: ``trim_trailing_whitespace`` (L3), ``function_name``
+    (L2) and ``arguments_object`` (L1, per call), each with a note saying what was sent."""
     message = group.message
     resolved = {r.call_id for r in group.results}
     out = []
     if message.role == "assistant" and assistant_text(message.content) != message.content:
-        out.append("trailing whitespace of the text trimmed")
+        out.append(Transform(TRIM_TRAILING_WHITESPACE, "trailing whitespace of the text trimmed"))
     for call in (c for c in message.tool_calls if c.call_id in resolved):
         if function_name(call.name) != call.name:
-            out.append(f"call {call.call_id}: name sent as {function_name(call.name)!r}")
+            out.append(Transform(FUNCTION_NAME, f"call {call.call_id}: name sent as {function_name(call.name)!r}"))
         if tool_arguments(call.arguments) != call.arguments:
-            out.append(f"call {call.call_id}: arguments sent as "
-                       + ("{}" if not arguments_problem(call.arguments) else '{"arguments": <the text>}'))
+            out.append(Transform(ARGUMENTS_OBJECT, f"call {call.call_id}: arguments sent as "
+                                 + ("{}" if not arguments_problem(call.arguments) else '{"arguments": <the text>}')))
     return out
 
 
@@ -612,75 +621,87 @@ def assemble_window(
     cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
-    items: list[dict[str, Any]] = []
-    elided: list[dict[str, Any]] = []
-    for index, group in enumerate(groups):
+    # The manifest lists the window one by one: the kept groups, the newest NOTE_MAX_GROUPS
+    # dropped ones (the note's lines), and the steps and writes from the first of those on.
+    # Older events (the groups the note names through its index payload) are one range.
+    older = max(0, k - NOTE_MAX_GROUPS)
+    boundary = groups[older].first_seq if older else 0
+    derived = derived_by_k.get(k, {})
+    ranges: list[EventRange] = []
+    if older:
+        counts = {Representation.ELIDED: sum(1 + len(g.results) for g in groups[:older])}
+        seqs = [seq for g in groups[:older] for seq in g.seqs]
+        for event in (*writes, *(e for e in events if isinstance(e, StepEvent) and e is not step)):
+            if event.seq < boundary:
+                kind = Representation.NOT_RENDERED if isinstance(event, ArtifactWriteEvent) else Representation.SUPERSEDED
+                counts[kind] = counts.get(kind, 0) + 1
+                seqs.append(event.seq)
+        results = [bounded[r.handle] for g in groups[:older] for r in g.results]
+        ranges.append(EventRange(
+            seq_from=min(seqs), seq_to=max(seqs), events=len(seqs), representations=counts,
+            tokens=sum(b.payload_tokens or 0 for b in results), bytes=sum(b.payload_bytes for b in results),
+            tokens_known=all(b.payload_tokens is not None for b in results),
+            index=next(iter(derived), None),
+            why=f"{older} oldest turn groups evicted to fit the budget (eq. 1), named with their handles in the "
+                "index payload; superseded steps and artifact writes before them"))
+    items: list[Item] = []
+    elided: list[Item] = []
+    for index, group in enumerate(groups[older:], start=older):
         kept = index >= k
         for event in (group.message, *group.results):
-            entry: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "handle": event.handle}
-            if isinstance(event, ToolResultEvent):
-                b = bounded[event.handle]
-                entry["call_id"] = event.call_id
-                entry["bytes"], entry["lines"] = b.payload_bytes, b.payload_lines
-                entry["tokens_known"] = b.payload_tokens is not None
-                if b.payload_tokens is not None:
-                    entry["tokens"] = b.payload_tokens
-            if kept:
-                entry["zone"] = "leaf"
-                if isinstance(event, ToolResultEvent):
-                    newest_fitted = fitted is not None and index == newest
-                    if fitted is not None and newest_fitted:
-                        b = fitted.bounded[event.handle]
-                    entry["representation"] = b.representation
-                    cut = b.span is not None
-                    if newest_fitted and fitted is not None:
-                        entry["why"] = ("newest turn group, bounded as a whole to fit input_limit: its results share "
-                                        f"{fitted.share_tokens} tokens" + (" (head + tail)" if cut else ""))
-                    else:
-                        entry["why"] = "recent observation" + (" (over the per-item cap: head + tail)" if cut else "")
-                    if b.span is not None:
-                        entry["elided_bytes"] = b.span.bytes
-                        entry["elided_lines"] = [b.span.first_line, b.span.last_line]
-                    if cut and b.elided_tokens is not None:
-                        entry["elided_tokens"] = b.elided_tokens
-                elif group.pending and not group.results and not event.content.strip():
-                    entry["zone"] = None
-                    entry["representation"] = "pending"
-                    entry["why"] = "every tool call of this turn still awaits its result; it enters with the first result"
-                    entry["pending_calls"] = list(group.pending)
-                elif (reason := unsent_reason(group)) is not None:
-                    entry["zone"] = None
-                    entry["representation"] = "dropped"
-                    entry["why"] = reason
+            result = event if isinstance(event, ToolResultEvent) else None
+            b = bounded[result.handle] if result is not None else None
+            known: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind,
+                                     "handle": event.handle}
+            if result is not None and b is not None:
+                known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
+                          "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
+            if not kept:
+                elided.append(Item(**known, zone="trunk", representation=Representation.ELIDED,
+                                   why="oldest complete turn group evicted to fit the budget (eq. 1)"))
+            elif result is not None and b is not None:
+                newest_fitted = fitted is not None and index == newest
+                if fitted is not None and newest_fitted:
+                    b = fitted.bounded[result.handle]
+                span = b.span
+                if fitted is not None and newest_fitted:
+                    why = ("newest turn group, bounded as a whole to fit input_limit: its results share "
+                           f"{fitted.share_tokens} tokens" + (" (head + tail)" if span else ""))
                 else:
-                    entry["representation"] = "verbatim"
-                    entry["why"] = "recent turn"
-                    if event is group.message and (transforms := leaf_transforms(group)):
-                        entry["transform"] = transforms
-                    if group.pending:
-                        entry["pending_calls"] = list(group.pending)
-                        entry["why"] += " (calls awaiting a result are left out until it arrives)"
-                items.append(entry)
+                    why = "recent observation" + (" (over the per-item cap: head + tail)" if span else "")
+                items.append(Item(**known, zone="leaf", representation=b.representation, why=why,
+                                  elided_tokens=(b.elided_tokens or 0) if span else 0,
+                                  elided_bytes=span.bytes if span else None,
+                                  elided_lines=(span.first_line, span.last_line) if span else None))
+            elif group.pending and not group.results and not event.content.strip():
+                items.append(Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
+                                  why="every tool call of this turn still awaits its result; it enters with the "
+                                      "first result"))
+            elif (reason := unsent_reason(group)) is not None:
+                items.append(Item(**known, zone=None, representation=Representation.DROPPED, why=reason))
             else:
-                entry["zone"] = "trunk"
-                entry["representation"] = "elided"
-                entry["why"] = "oldest complete turn group evicted to fit the budget (eq. 1)"
-                elided.append(entry)
+                items.append(Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
+                                  transforms=tuple(leaf_transforms(group)) if event is group.message else (),
+                                  why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
+                                                       if group.pending else "")))
     for write in writes:
-        items.append({"seq": write.seq, "event_id": write.event_id, "kind": write.kind, "zone": None,
-                      "representation": "not_rendered", "why": f"artifact revision bookkeeping ({write.artifact} r{write.revision})"})
+        if write.seq >= boundary:
+            items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
+                              representation=Representation.NOT_RENDERED,
+                              why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
     if step is not None:
-        items.append({"seq": step.seq, "event_id": step.event_id, "kind": "step", "zone": "leaf",
-                      "representation": "verbatim", "why": "the next bounded step, last in the leaf"})
-    for older in events:
-        if isinstance(older, StepEvent) and older is not step:
-            items.append({"seq": older.seq, "event_id": older.event_id, "kind": "step", "zone": None,
-                          "representation": "superseded", "why": f"a later step (seq {step.seq if step else '-'}) replaced it"})
+        items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
+                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf"))
+    for earlier in events:
+        if isinstance(earlier, StepEvent) and earlier is not step and earlier.seq >= boundary:
+            items.append(Item(seq=earlier.seq, event_id=earlier.event_id, kind="step", zone=None,
+                              representation=Representation.SUPERSEDED,
+                              why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
     neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
-    for entry in items:
-        if entry["seq"] in neutralised:
-            entry["transforms"] = [neutralise_transform(neutralised[entry["seq"]])]
-    items.sort(key=lambda e: e["seq"])
+    if neutralised:  # the leaf's texts with control strings broken (after the provider rules)
+        items = [replace(i, transforms=(*i.transforms, neutralise_transform(neutralised[i.seq])))
+                 if i.seq in neutralised else i for i in items]
+    items.sort(key=_SEQ)
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
@@ -692,6 +713,7 @@ def assemble_window(
         cut_seq=cut_seq,
         items=tuple(items),
         elided=tuple(elided),
+        ranges=tuple(ranges),
         evicted_now=k - first_kept,
         warnings=tuple(warnings),
         derived_payloads=derived_by_k.get(k, {}),

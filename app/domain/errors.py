@@ -74,6 +74,13 @@ class PinnedOverBudget(DomainError):
     title = "Pinned content exceeds the input budget"
 
 
+class LayoutContention(DomainError):
+    """Other workers moved the session's layout state under every plan of one GET (the
+    bounded retries of compare-and-set ran out); retrying the request is safe."""
+
+    title = "Layout state contention"
+
+
 class NewestGroupOverBudget(DomainError):
     """The newest turn group cannot fit ``input_limit`` (eq. 1) even with every older group
     evicted and each of its tool results cut to its marker (head + tail of zero tokens).

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from app.domain.layout import Conversation
@@ -51,3 +51,28 @@ class TokenMeter(Protocol):
 
     def measure(self, conversation: "Conversation") -> Measurement:
         """Render ``conversation`` with the chat template and count it exactly."""
+
+
+class WireFormat(Protocol):
+    """A wire format (openai, anthropic, tokens) as the planner sees it."""
+
+    @property
+    def name(self) -> str:
+        """The format's name, as in ``?format=``."""
+
+    @property
+    def zones(self) -> Mapping[str, str]:
+        """Where the root, trunk and leaf sit in the body (e.g. ``messages[1]``)."""
+
+    @property
+    def cache_breakpoints(self) -> bool:
+        """True when the body marks cache breakpoints at the end of the root, the trunk
+        and the request (Anthropic's ``cache_control``)."""
+
+    def serialize(self, conversation: "Conversation", measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
+        """The body for ``conversation`` and its canonical bytes (what byte-identity and
+        ``request_sha256`` are computed on)."""
+
+    def layout_warnings(self, conversation: "Conversation") -> Sequence[str]:
+        """What the format itself changes or cannot carry in ``conversation`` (manifest
+        ``layout_warnings`` lines; none for most formats)."""

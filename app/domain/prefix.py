@@ -216,6 +216,18 @@ class PrefixState:
         return len(self.digests) // HASH_BYTES
 
     @property
+    def fingerprint(self) -> str:
+        """32 hex chars naming the request's ids (to 64-bit digests): the length, block
+        size, last full block's digest (chained, so it covers every earlier block), the
+        tail digest and the breakpoints. What the store keeps of a served request."""
+        h = hashlib.sha256(f"{self.length}/{self.block_size}/".encode())
+        h.update(self.digests[-HASH_BYTES:])
+        h.update(self.tail_digest or b"-")
+        for offset, digest in self.breakpoints:
+            h.update(f"/{offset}:".encode() + digest)
+        return h.hexdigest()[:32]
+
+    @property
     def block_hashes(self) -> tuple[str, ...]:
         """The truncated block hashes as hex strings (16 chars each), in block order."""
         d = self.digests

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import MutableMapping
 from typing import Any, Mapping
 
 from app.domain.layout import Conversation, LeafMessage
-from app.domain.memo import bounded_memo
 
 
 def _sha(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
-
-
-def _leaf_key(m: LeafMessage) -> list[Any]:
-    return [m.seq, m.role, _leaf_digest(m)]
 
 
 def leaf_chars(m: LeafMessage, *_: object) -> int:
@@ -36,10 +32,9 @@ def leaf_chars(m: LeafMessage, *_: object) -> int:
     return n
 
 
-@bounded_memo(65536, 4096, leaf_chars)  # messages of up to 4,096 characters: at most 256 M characters
-def _leaf_digest(m: LeafMessage) -> str:
+def leaf_digest(m: LeafMessage) -> str:
     """16 hex chars of sha256 over the message's role, content, call id, reasoning and
-    calls (memoized: a session's leaf is mostly the previous request's messages)."""
+    calls."""
     digest = hashlib.sha256()
     for part in (m.role, m.content, m.call_id or "", m.reasoning or "",
                  *(f"{c.call_id}\x1f{c.name}\x1f{c.arguments}" for c in m.tool_calls)):
@@ -48,8 +43,21 @@ def _leaf_digest(m: LeafMessage) -> str:
     return digest.hexdigest()[:16]
 
 
-def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int) -> dict[str, Any]:
-    """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index)."""
+def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int,
+                  memo: MutableMapping[Any, Any] | None = None) -> dict[str, Any]:
+    """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index).
+
+    ``memo``: an optional mapping kept across calls (the session's leaf cache), where each
+    leaf message's digest is kept under ``("digest", message)``: a session's leaf is
+    mostly its previous request's messages."""
+    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
+
+    def key(m: LeafMessage) -> list[Any]:
+        digest = cache.get(("digest", m))
+        if digest is None:
+            digest = cache[("digest", m)] = leaf_digest(m)
+        return [m.seq, m.role, digest]
+
     root_end = int(by_zone["root"])
     return {
         "root_sha": _sha([conversation.system, list(conversation.tools)]),
@@ -57,7 +65,7 @@ def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut
         "root_end": root_end,
         "trunk_end": root_end + int(by_zone["trunk"]),
         "cut_seq": cut_seq,
-        "leaf": [_leaf_key(m) for m in conversation.leaf],
+        "leaf": [key(m) for m in conversation.leaf],
     }
 
 

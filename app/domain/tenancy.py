@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The tenant of every session created without authentication (and of sessions that existed
-#: before tenancy: migration 0005_tenancy).
+#: before tenancy: migration 0007_tenancy).
 DEFAULT_TENANT = "default"
 
 

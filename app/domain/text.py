@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any, AnyStr
 
+from app.domain.manifest import Transform
+
 Loc = tuple[str | int, ...]
 
 NEUTRALISER = "\u200b"  # ZERO WIDTH SPACE: no tokenizer of a shipped profile merges it back (tested)
@@ -104,11 +106,11 @@ def neutralise_control_text(text: str, control_strings: Sequence[str]) -> tuple[
         count += n
 
 
-def neutralise_transform(count: int) -> dict[str, Any]:
-    """The manifest item's transform entry for ``count`` neutralised control strings."""
-    return {"name": NEUTRALISE, "count": count,
-            "note": f"{count} control-token string(s) broken with U+200B after the first character; "
-                    "the handle keeps the text as posted"}
+def neutralise_transform(count: int) -> Transform:
+    """The manifest item's transform for ``count`` neutralised control strings."""
+    return Transform(NEUTRALISE, count=count,
+                     note=f"{count} control-token string(s) broken with U+200B after the first character; "
+                          "the handle keeps the text as posted")
 
 
 def first_control_string(value: Any, control_strings: Sequence[str], loc: Loc = ()) -> tuple[Loc, str] | None:

@@ -35,6 +35,12 @@ __all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "Re
            "get_policy"]
 
 
+def _new_memo() -> Any:
+    from app.services.memo import AssemblyMemo
+
+    return AssemblyMemo()
+
+
 @dataclass
 class EvalContext:
     """What every policy run shares inside one process: the profile registry, one
@@ -45,6 +51,7 @@ class EvalContext:
     meters: Any  # app.tokenizers.loading.MeterRegistry
     session_factory: Any  # sqlalchemy.orm.sessionmaker
     profile: str
+    memo: Any = field(default_factory=_new_memo)  # AssemblyMemo: one per process, as on a server
 
     def unit_of_work(self) -> Any:
         """One transaction, committed on success (the API's unit of work)."""
@@ -226,17 +233,17 @@ class _ServiceRun:
         from app.services.requests import assemble_request
 
         try:
-            with self.ctx.unit_of_work() as db:
-                out = assemble_request(db, self.ctx.profiles, self.ctx.meters, self.session_id, fmt="openai")
+            out = assemble_request(self.ctx.session_factory, self.ctx.profiles, self.ctx.meters, self.session_id,
+                                   fmt="openai", memo=self.ctx.memo)
         except PinnedOverBudget as exc:
             return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
                                input_limit=self.input_limit, error=str(exc))
         manifest = out.manifest
-        tokens = manifest["tokens"]
+        tokens = manifest.tokens
         return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
-                           total=int(tokens["total"]), by_zone=dict(tokens["by_zone"]), by_role=dict(tokens["by_role"]),
-                           cached=int(manifest["cache"]["predicted_cached_tokens"]),
-                           input_limit=int(manifest["budget"]["input_limit"]), handle_texts=self.handle_texts)
+                           total=tokens.total, by_zone=dict(tokens.by_zone), by_role=dict(tokens.by_role),
+                           cached=manifest.cache.predicted_cached_tokens,
+                           input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,15 @@ Per session:
 * events: the parsed events up to a seq; the next GET fetches only later rows.
 * leaf: a map from what a turn group's leaf messages depend on to those messages (and
   bounded tool outputs); see ``assemble_window(leaf_cache=...)``.
-* prefix: per wire format, the previous request's ids (packed little-endian uint32) and
-  full chained block digests, so prefix-reuse prediction hashes only the new blocks and
-  gives the exact divergence offset.
+* prefix: per wire format, the last served request's ids (packed little-endian uint32),
+  full chained block digests and layout digest (:class:`~app.domain.state.RememberedIds`),
+  so prefix-reuse prediction hashes only the new blocks and gives the exact divergence.
+  The planner trusts them only when their fingerprint equals the stored one (another
+  worker may have served since); otherwise it rebuilds the previous request.
+* manifests: per wire format, the last stored manifest (the base of the next one's delta).
+
+The memo does no I/O: the GET's load step passes it a loader for the rows it lacks, and
+the planner receives its values explicitly. One memo per app (``app.state.memo``).
 
 The memo is bounded in bytes (``max_bytes``, setting ``CTXD_MEMO_BYTES``, 256 MiB by
 default) and in sessions (``max_sessions``): least recently used sessions are dropped
@@ -16,21 +22,22 @@ and arguments, counted twice for the leaf messages built from them, at 1 byte pe
 character for ASCII) and its remembered ids and digests.
 
 Everything here is an optimisation: on a miss (another worker, a restart, an evicted
-session) the service reads the database and hashes everything, with identical results.
+session) the service reads the database and rebuilds, with identical results.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import cachetools
-from sqlalchemy.orm import Session as OrmSession
+import orjson
 
+from app.domain.state import RememberedIds
 from app.domain.types import Event, MessageEvent, ToolResultEvent
-from app.store import repository as repo
+from app.store.repository import StoredManifest
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_SESSIONS = 512
@@ -55,11 +62,13 @@ class _Entry:
     events: list[Event] = field(default_factory=list)
     event_bytes: int = 0
     leaf: dict[Any, Any] = field(default_factory=dict)
-    prefix: dict[str, tuple[bytes, tuple[bytes, ...]]] = field(default_factory=dict)
+    prefix: dict[str, RememberedIds] = field(default_factory=dict)
+    manifests: dict[str, tuple[StoredManifest, int]] = field(default_factory=dict)  # (manifest, its JSON bytes)
 
     @property
     def size(self) -> int:
-        return self.event_bytes + sum(len(ids) + 32 * len(chain) for ids, chain in self.prefix.values())
+        return (self.event_bytes + sum(r.nbytes for r in self.prefix.values())
+                + sum(n for _, n in self.manifests.values()))
 
 
 class AssemblyMemo:
@@ -99,26 +108,26 @@ class AssemblyMemo:
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem()
 
-    def events(self, db: OrmSession, session_id: str, last_seq: int) -> list[Event]:
-        """The session's events up to ``last_seq`` (the session row's, read in this
-        transaction), fetching only rows newer than the memo's."""
+    def events(self, session_id: str, last_seq: int, load: Callable[[int], list[Event]]) -> list[Event]:
+        """The session's events up to ``last_seq`` (read in the caller's snapshot).
+
+        ``load(after_seq)`` returns the events with ``after_seq < seq <= last_seq`` in seq
+        order (the caller's repository read); it is called only for what the memo lacks.
+        Events are append-only with dense seqs, so memoized ones never go stale."""
         with self._lock:
             entry = self._sessions.get(session_id)
             seen, cached = (entry.seen, entry.events) if entry is not None else (0, None)
-        if cached is None or seen > last_seq:
-            events, fresh = repo.load_events(db, session_id, upto_seq=last_seq), True
-        elif seen == last_seq:
-            return list(cached)
-        else:
-            new = repo.load_events(db, session_id, after_seq=seen, upto_seq=last_seq)
-            events, fresh = list(cached) + new, False
+        if cached is not None and seen >= last_seq:
+            return cached[:last_seq]  # another request of this worker read a newer snapshot
+        base = cached or []
+        events = base + load(seen if cached is not None else 0)
         if events and events[-1].seq != len(events):
-            return repo.load_events(db, session_id, upto_seq=last_seq)  # never memoise a surprise
+            return load(0)  # never memoise a surprise
         with self._lock:
             entry = self._entry(session_id)
             before = entry.size
-            if not fresh and entry.events is cached:  # count only what was appended
-                entry.event_bytes += sum(map(_event_bytes, events[len(cached or ()):]))
+            if entry.events is cached and cached is not None:  # count only what was appended
+                entry.event_bytes += sum(map(_event_bytes, events[len(cached):]))
             else:
                 entry.event_bytes = sum(map(_event_bytes, events))
             entry.seen, entry.events = last_seq, events
@@ -130,34 +139,32 @@ class AssemblyMemo:
         with self._lock:
             return self._entry(session_id).leaf
 
-    def previous_request(self, session_id: str, fmt: str) -> tuple[bytes, tuple[bytes, ...]] | None:
-        """(packed ids, full block digests) of the session's previous request in ``fmt``."""
+    def remembered(self, session_id: str, fmt: str) -> RememberedIds | None:
+        """The ids of the last request this worker served for the session in ``fmt``."""
         with self._lock:
             entry = self._sessions.get(session_id)
             return None if entry is None else entry.prefix.get(fmt)
 
-    def remember_request(self, session_id: str, fmt: str, packed_ids: bytes, chain: Sequence[bytes]) -> None:
+    def manifest(self, session_id: str, fmt: str) -> StoredManifest | None:
+        """The last manifest this worker stored for the session in ``fmt``."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            held = None if entry is None else entry.manifests.get(fmt)
+            return None if held is None else held[0]
+
+    def remember(self, session_id: str, fmt: str, remembered: RememberedIds,
+                 manifest: StoredManifest | None = None) -> None:
+        """Keep the ids (and the stored manifest) of the request just served in ``fmt``."""
+        size = len(orjson.dumps(manifest.data)) if manifest is not None else 0
         with self._lock:
             entry = self._entry(session_id)
             before = entry.size
-            entry.prefix[fmt] = (bytes(packed_ids), tuple(chain))
+            entry.prefix[fmt] = remembered
+            if manifest is not None:
+                entry.manifests[fmt] = (manifest, size)
             self._resize(entry, before)
 
     def forget(self, session_id: str) -> None:
         """Drop everything held for the session (it was deleted)."""
         with self._lock:
             self._sessions.pop(session_id, None)
-
-
-def install_memo(owner: Any, memo: AssemblyMemo) -> AssemblyMemo:
-    """Attach ``memo`` to a long-lived object (the app's MeterRegistry)."""
-    owner._ctxd_assembly_memo = memo
-    return memo
-
-
-def memo_of(owner: Any) -> AssemblyMemo:
-    """The memo attached to ``owner`` (created with the defaults on first use)."""
-    memo = getattr(owner, "_ctxd_assembly_memo", None)
-    if memo is None:
-        memo = install_memo(owner, AssemblyMemo())
-    return memo

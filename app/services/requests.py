@@ -1,25 +1,43 @@
-"""Use case: assemble the next model request (DESIGN.md section 3, GET path)."""
+"""Use case: assemble the next model request (DESIGN.md section 3, GET path).
+
+LOAD once (one short snapshot read: the session with its layout state, the events the
+memo lacks, the previous request's prefix state), PLAN purely
+(:func:`app.domain.planner.plan_request`: no database, no lock held while rendering and
+counting), SAVE once (one short write: the layout state by compare-and-set on its
+version, the prefix state, the manifest). When another worker moved the layout state
+between the load and the save, the GET plans again from the winner's state, at most
+``MAX_PLAN_ATTEMPTS`` times, then answers :class:`~app.domain.errors.LayoutContention`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 
-from app.domain.assembly import Assembly, assemble_window
-from app.domain.errors import ManifestNotFound, ServerFault, UnsupportedFormat
-from app.domain.prefix import CacheModel, PrefixState, ReuseReport, predict_reuse
-from app.domain.prefix_layout import explain_divergence, layout_digest
-from app.domain.types import ToolResultEvent
+from app.domain.assembly import Assembly
+from app.domain.errors import LayoutContention, ManifestNotFound, ServerFault, SessionNotFound, UnsupportedFormat
+from app.domain.layout import Conversation
+from app.domain.manifest import Manifest, ManifestSummary
+from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_request
+from app.domain.ports import Measurement
+from app.domain.prefix import CacheModel, ReuseReport
+from app.domain.state import PreviousRequest, SessionState
+from app.domain.tenancy import DEFAULT_TENANT
+from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
-from app.services.memo import AssemblyMemo, memo_of
+from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
-from app.store.tenancy import own_payload
+from app.store.tenancy import own_payload, session_tenant
+from app.store.db import read_only, unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -27,17 +45,16 @@ from app.wire import openai as openai_wire
 from app.wire import tokens as tokens_wire
 
 FORMATS = ("openai", "anthropic", "tokens")
+MAX_PLAN_ATTEMPTS = 4  # plans per GET when other workers keep moving the layout state
+
+_ZONES = {
+    "openai": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]"},
+    "anthropic": {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"},
+    "tokens": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]"},
+}
 
 
-@dataclass(frozen=True)
-class AssembledRequest:
-    request: dict[str, Any]
-    manifest: dict[str, Any]
-    assembly: Assembly
-    reuse: ReuseReport | None = None
-
-
-def request_bytes(body: dict[str, Any]) -> bytes:
+def request_bytes(body: Mapping[str, Any]) -> bytes:
     """The canonical bytes of a request body (what byte-identity is checked on): orjson's
     compact JSON, or the same compact form from ``json`` for what orjson refuses (an
     integer beyond 64 bits in a tool call's parsed arguments, the Anthropic ``input``)."""
@@ -52,30 +69,61 @@ def prompt_cache_key(session_id: str) -> str:
     return "ctxd-" + hashlib.sha256(session_id.encode()).hexdigest()[:24]
 
 
-def serialize(assembly: Assembly, profile: Profile, fmt: str, *, session_id: str, model: str | None = None) -> dict[str, Any]:
-    """The wire body for ``fmt`` (openai, anthropic, tokens); its ``model`` is ``model`` (the
-    session's own) or else the profile's. Raises UnsupportedFormat.
+def check_format(fmt: str) -> None:
+    """Raises UnsupportedFormat (422) for a format other than openai, anthropic, tokens."""
+    if fmt not in FORMATS:
+        raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
 
-    openai: the profile's ``chat_template_kwargs`` ride along (only when it declares some),
-    and a meter that counted other messages than the plain serialization (mistral-tekken:
-    ``Measurement.extra["openai_messages"]``) has those served, so the body is what was counted."""
-    conversation = assembly.conversation
-    model = model or profile.model
-    if fmt == "openai":
-        body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
-                                     prompt_cache_key=prompt_cache_key(session_id),
-                                     chat_template_kwargs=profile.chat_template_kwargs)
-        counted = assembly.measurement.extra.get("openai_messages")
-        if isinstance(counted, list):
-            body["messages"] = counted
-        return body
-    if fmt == "anthropic":
-        return anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
-    if fmt == "tokens":
-        m = assembly.measurement
-        text = m.extra.get("text") if isinstance(m.extra.get("text"), str) else None
-        return tokens_wire.serialize(m.ids or (), text, model=model, max_tokens=profile.output_reserve)
-    raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
+
+@dataclass(frozen=True)
+class Wire:
+    """The :class:`~app.domain.ports.WireFormat` port for one format, profile and session."""
+
+    name: str
+    profile: Profile
+    session_id: str
+    model: str | None = None  # the session's own model for its bodies; None: the profile's
+
+    @property
+    def zones(self) -> Mapping[str, str]:
+        return _ZONES[self.name]
+
+    @property
+    def cache_breakpoints(self) -> bool:
+        return self.name == "anthropic"
+
+    def serialize(self, conversation: Conversation, measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
+        """The body names ``model`` (the session's own) or else the profile's model.
+        openai: the profile's ``chat_template_kwargs`` ride along (only when it declares
+        some), and a meter that counted other messages than the plain serialization
+        (mistral-tekken: ``Measurement.extra["openai_messages"]``) has those served, so the
+        body is what was counted."""
+        profile = self.profile
+        model = self.model or profile.model
+        body: dict[str, Any]
+        if self.name == "openai":
+            body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
+                                         prompt_cache_key=prompt_cache_key(self.session_id),
+                                         chat_template_kwargs=profile.chat_template_kwargs)
+            counted = measurement.extra.get("openai_messages")
+            if isinstance(counted, list):
+                body["messages"] = counted
+        elif self.name == "anthropic":
+            body = anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
+        else:
+            text = measurement.extra.get("text")
+            body = tokens_wire.serialize(measurement.ids or (), text if isinstance(text, str) else None,
+                                         model=model, max_tokens=profile.output_reserve)
+        return body, request_bytes(body)
+
+    def layout_warnings(self, conversation: Conversation) -> Sequence[str]:
+        return anthropic_wire.layout_warnings(conversation) if self.name == "anthropic" else ()
+
+
+def tokenizer_id(meters: MeterRegistry, profiles: ProfileRegistry, profile: str) -> str | None:
+    """The id of the tokenizer that counts ``profile``'s requests (what payload token counts
+    are stored under), or None for a meter without one."""
+    return getattr(meters.get(profiles.get(profile)), "tokenizer_id", None)
 
 
 def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
@@ -85,48 +133,41 @@ def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
     return CacheModel.from_profile(profile.cache)
 
 
-def _prefix_reuse(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, profile: Profile,
-                  assembly: Assembly) -> tuple[ReuseReport, dict[str, Any]]:
-    m = assembly.measurement
-    ids = m.ids or ()
-    layout = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
-    model = cache_model_for(profile, fmt)
-    breakpoints: tuple[int, ...] = ()
-    if fmt == "anthropic":
-        breakpoints = tuple(sorted({b for b in (layout["root_end"], layout["trunk_end"], m.total) if 0 < b <= m.total}))
-    previous = repo.get_prefix_state(db, session_id, fmt)
-    prev_state = prev_layout = None
-    if previous is not None:
-        try:
-            prev_state = PrefixState.from_json(previous[0])
-            prev_layout = previous[1]
-        except (ValueError, KeyError):
-            prev_state = None
-    prev_ids = prev_chain = None
-    remembered = memo.previous_request(session_id, fmt)
-    if prev_state is not None and remembered is not None and len(remembered[0]) // 4 == prev_state.length:
-        prev_ids, prev_chain = remembered
-    if prev_state is not None and prev_state.block_size != model.block_size:
-        prev_state = None
-    report = predict_reuse(prev_state, ids, model, breakpoints=breakpoints, prev_ids=prev_ids, prev_chain=prev_chain)
-    info: dict[str, Any] = {
-        "model": model.kind,
-        "block_size": model.block_size,
-        "predicted_cached_tokens": report.predicted_cached_tokens,
-        "uncached_tokens": m.total - report.predicted_cached_tokens,
-        "previous_tokens": report.previous_tokens,
-        "common_prefix_tokens": report.common_prefix_tokens,
-        "common_prefix_exact": report.common_prefix_exact,
-        "extends_previous": prev_state is not None and report.first_divergence_offset is None,
-    }
-    if breakpoints:
-        info["breakpoints"] = list(breakpoints)
-    if report.first_divergence_offset is not None and prev_layout is not None:
-        info["first_divergence"] = explain_divergence(prev_layout, layout, report.first_divergence_offset)
-        metrics.TRUNK_REWRITES.labels(profile.name, info["first_divergence"]["zone"]).inc()
-    repo.put_prefix_state(db, session_id, fmt, report.state.to_json(), layout)
-    memo.remember_request(session_id, fmt, report.packed, report.chain)
-    return report, info
+def policy_for(profile: Profile) -> Policy:
+    return Policy(profile=profile.name, budget=profile.budget, item_cap_tokens=profile.item_cap_tokens,
+                  render_reasoning=profile.render_reasoning)
+
+
+@dataclass(frozen=True)
+class AssembledRequest:
+    """A served request: the wire body (and its bytes), the stored manifest (with its id)."""
+
+    request: Mapping[str, Any]
+    manifest: Manifest
+    body_bytes: bytes = field(repr=False)
+    assembly: Assembly = field(repr=False)
+    reuse: ReuseReport = field(repr=False)
+    attempts: int = 1
+    manifest_json: Mapping[str, Any] | None = field(default=None, repr=False)  # manifest.to_json(), when at hand
+
+    def response_bytes(self) -> bytes:
+        """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body spliced in as
+        already serialized (never re-encoded or re-validated)."""
+        manifest = self.manifest_json if self.manifest_json is not None else self.manifest.to_json()
+        return b'{"request":' + self.body_bytes + b',"manifest":' + orjson.dumps(manifest) + b"}"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one GET reads (one snapshot): the session state, its events, what is kept of
+    the previous request in the asked format, and that request's manifest (the base of
+    this one's stored delta)."""
+
+    state: SessionState
+    events: list[Event]
+    previous: PreviousRequest | None
+    base: repo.StoredManifest | None = None
+    payload_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
 #: GETs that look a missing payload count up in storage before giving up on it (the count is
@@ -138,45 +179,112 @@ def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str, str]:
     return ("payload_tokens", tokenizer_id, handle)
 
 
-def remember_payload_tokens(meters: MeterRegistry, session_id: str, tokenizer_id: str, counts: dict[str, int]) -> None:
-    """Keep counts just computed for a session's outputs in this worker's memo, so its next
-    GETs need not read them back (another worker reads them from storage)."""
-    stash = memo_of(meters).leaf_cache(session_id)
+def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: str, counts: Mapping[str, int]) -> None:
+    """Keep counts just computed for a session's outputs in this worker's memo (the app's,
+    ``app.state.memo``), so its next GETs need not read them back (another worker reads them
+    from storage)."""
+    stash = memo.leaf_cache(session_id)
     for handle, count in counts.items():
         stash[_count_key(tokenizer_id, handle)] = count
 
 
-def _known_payload_tokens(db: OrmSession, meter: Any, events: list[Any], stash: dict[Any, Any]) -> dict[str, int]:
-    """Exact token counts of the session's tool outputs known so far (handle -> tokens, under
-    the meter's tokenizer). Counts never change, so each is read from the payloads table
-    once and kept in the session's memo (``stash``, its leaf cache); an output whose count
-    is not stored yet is looked up again on at most ``COUNT_LOOKUPS`` GETs (one SELECT for
-    all such outputs), so a GET reads only the few newest (issue 9, item 7)."""
-    tokenizer_id = getattr(meter, "tokenizer_id", None)
+def _text_handle(event: ToolResultEvent, stash: MutableMapping[Any, Any]) -> str:
+    """The handle of the text an output renders: its redacted view's (issue 12; the count
+    stored after the POST is the view's) or, unredacted, its own. Hashed once per output."""
+    if not event.redactions:
+        return event.handle
+    key = ("view_handle", event.handle)
+    if key not in stash:
+        stash[key] = hashlib.sha256(event.payload.encode("utf-8")).hexdigest()
+    return str(stash[key])
+
+
+def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Sequence[Event],
+                         stash: MutableMapping[Any, Any]) -> dict[str, int]:
+    """Exact token counts of the session's tool outputs known so far (handle -> tokens,
+    under the tokenizer ``tokenizer_id``; none without one). Counts never change, so each
+    is read from the payloads table once and kept in the session's memo (``stash``, its
+    leaf cache); an output whose count is not stored yet is looked up again on at most
+    ``COUNT_LOOKUPS`` GETs (one SELECT for all such outputs), so a GET reads only the few
+    newest (issue 9, item 7). Part of the GET's LOAD (the caller's snapshot)."""
     if tokenizer_id is None:
         return {}
     out: dict[str, int] = {}
-    missing: list[str] = []
+    missing: dict[str, str] = {}  # handle of the text counted -> the event's handle
     for event in events:
         if isinstance(event, ToolResultEvent):
-            count = stash.get(_count_key(tokenizer_id, event.handle))
+            counted = _text_handle(event, stash)
+            count = stash.get(_count_key(tokenizer_id, counted))
             if count is not None:
                 out[event.handle] = count
-            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
-                missing.append(event.handle)
+            elif stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
+                missing[counted] = event.handle
     if missing:
         for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
+                stash[_count_key(tokenizer_id, handle)] = out[missing[handle]] = count
         for handle in missing:
             key = ("payload_tokens_lookups", tokenizer_id, handle)
             stash[key] = stash.get(key, 0) + 1
     return out
 
 
-def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, *,
-                     fmt: str = "openai") -> AssembledRequest:
+def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, *,
+         tokenizer_of: Callable[[str], str | None] = lambda profile: None) -> Loaded:
+    """LOAD: the session and its layout state, the events (only those the memo lacks are
+    read), the previous request's prefix state in ``fmt``, and the known token counts of
+    the tool outputs under ``tokenizer_of(profile name)``'s tokenizer id. Raises
+    SessionNotFound."""
+    found = repo.load_session_state(db, session_id, fmt)
+    if found is None:
+        raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+    state, previous = found
+    events = memo.events(session_id, state.last_seq,
+                         lambda after: repo.load_events(db, session_id, after_seq=after, upto_seq=state.last_seq))
+    base = None
+    if previous is not None and previous.manifest_id is not None:
+        base = memo.manifest(session_id, fmt)
+        if base is None or base.id != previous.manifest_id:  # served by another worker: read it
+            base = repo.load_manifest(db, session_id, previous.manifest_id)
+    counts = known_payload_tokens(db, tokenizer_of(state.session.profile), events, memo.leaf_cache(session_id))
+    return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts)
+
+
+def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
+    """SAVE: the layout state by compare-and-set when the plan moved it, the manifest (a
+    delta of ``base``, the previous manifest in this format; stored only if the layout
+    state is still the one planned with), the payloads the request names, and what the
+    next GET keeps of this request. Returns the stored manifest, or None when another
+    worker moved the layout state first (the caller's transaction then writes nothing)."""
+    manifest = plan.manifest
+    sid = manifest.session_id
+    if plan.layout_changed and not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout):
+        return None
+    saved = repo.add_manifest(db, manifest, base=base, planner_version=PLANNER_VERSION,
+                              layout_version=plan.layout.version)
+    if saved is None:  # planned from a layout state another worker has moved since
+        return None
+    stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
+    tenant_id = None
+    for handle, data in plan.derived_payloads.items():
+        if handle not in stored_before:  # the previous manifest's index payloads are stored (and linked) already
+            tenant_id = tenant_id or session_tenant(db, sid) or DEFAULT_TENANT
+            # linked to the session: readable by its tenant through the handle the trunk names (issue 12)
+            stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)
+            if stored != handle:  # content-addressed: the note must name exactly what is stored
+                raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
+    repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
+    return saved
+
+
+def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
+                     session_id: str, *, fmt: str = "openai", memo: AssemblyMemo,
+                     read_factory: sessionmaker[OrmSession] | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
+
+    ``factory`` opens write transactions (the save), ``read_factory`` snapshot reads (the
+    load; default ``factory``, see :func:`app.store.db.make_read_factory`). ``memo``: the
+    app's assembly memo (``app.state.memo``).
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
@@ -186,110 +294,79 @@ def assemble_request(db: OrmSession, profiles: ProfileRegistry, meters: MeterReg
     Raises:
         SessionNotFound (404), UnsupportedFormat (422), PinnedOverBudget (422): the root,
         trunk and next step alone exceed ``input_limit`` (eq. 1); NewestGroupOverBudget
-        (422): the newest turn group cannot fit even bounded; TemplateUnsupported /
-        ServerFault (500): the profile's template cannot be counted by zone, or a storage
-        invariant broke.
+        (422): the newest turn group cannot fit even bounded; LayoutContention (503):
+        other workers moved the layout state ``MAX_PLAN_ATTEMPTS`` times in a row;
+        TemplateUnsupported / ServerFault (500): the profile's template cannot be counted
+        by zone, or a storage invariant broke.
     """
-    if fmt not in FORMATS:
-        raise UnsupportedFormat(f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}", supported=list(FORMATS))
-    row = require_session_row(db, session_id)
-    session = repo.session_from_row(row)
-    profile = profiles.get(session.profile)
-    meter = meters.get(profile)
-    memo = memo_of(meters)
-    events = memo.events(db, session_id, row.last_seq)
-    leaf_cache = memo.leaf_cache(session_id)
-    assembly = assemble_window(session, events, budget=profile.budget, meter=meter,
-                               item_cap_tokens=profile.item_cap_tokens, previous_cut_seq=row.cut_seq,
-                               render_reasoning=profile.render_reasoning, leaf_cache=leaf_cache,
-                               payload_tokens=_known_payload_tokens(db, meter, events, leaf_cache))
-    for handle, data in assembly.derived_payloads.items():
-        stored = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
-        if stored != handle:  # content-addressed: the note must name exactly what is stored
-            raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
-    body = serialize(assembly, profile, fmt, session_id=session_id, model=row.model)
-    digest = hashlib.sha256(request_bytes(body)).hexdigest()
-    m = assembly.measurement
-    reuse, cache_info = _prefix_reuse(db, memo, session_id, fmt, profile, assembly)
-    elided_tokens = sum(int(e.get("tokens", 0)) for e in assembly.elided)
-    capped_tokens = sum(int(i.get("elided_tokens", 0)) for i in assembly.items)
-    budget = assembly.budget
-    manifest: dict[str, Any] = {
-        "session_id": session_id,
-        "profile": profile.name,
-        "format": fmt,
-        "last_seq": row.last_seq,
-        "request_sha256": digest,
-        "tokens": {"total": m.total, "by_zone": dict(m.by_zone), "by_role": dict(m.by_role)},
-        "budget": budget.as_dict() | {"low_watermark": budget.eviction_target, "role_limits": budget.role_limits()},
-        "cache": cache_info,
-        "layout": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]",
-                   "cut_seq": assembly.cut_seq, "evicted_now": assembly.evicted_now,
-                   "elision_index": sorted(assembly.derived_payloads)},
-        "items": list(assembly.items),
-        "elided": list(assembly.elided),
-        "elided_tokens": elided_tokens + capped_tokens,
-        # False while some elided or cut output's token count is not known yet (it is counted
-        # once after its POST): elided_tokens then sums the known ones
-        "elided_tokens_exact": all(i.get("tokens_known", True) for i in (*assembly.elided, *assembly.items)
-                                   if i.get("representation") in ("elided", "head_tail")),
-        "layout_warnings": list(assembly.warnings)
-        + (anthropic_wire.layout_warnings(assembly.conversation) if fmt == "anthropic" else []),
-    }
-    if fmt == "anthropic":
-        manifest["layout"] |= {"root": "tools + system", "trunk": "messages[0]", "leaf": "messages[1:]"}
-    manifest["id"] = repo.add_manifest(db, session_id=session_id, fmt=fmt, last_seq=row.last_seq, request_sha256=digest,
-                                       tokens_total=m.total, manifest=manifest)
-    if assembly.cut_seq > row.cut_seq:
-        repo.advance_cut(db, session_id, assembly.cut_seq)
-    _observe(profile, fmt, assembly, reuse, elided_tokens, capped_tokens)
-    return AssembledRequest(request=body, manifest=manifest, assembly=assembly, reuse=reuse)
+    check_format(fmt)
+    for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
+        with read_only(read_factory or factory) as db:
+            loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
+        profile = profiles.get(loaded.state.session.profile)
+        plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile),
+                            wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
+                            meter=meters.get(profile), previous=loaded.previous,
+                            remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
+                            payload_tokens=loaded.payload_tokens)
+        with unit_of_work(factory) as db:
+            saved = save(db, plan, loaded.base)
+            if saved is None:
+                db.rollback()
+                continue
+        memo.remember(session_id, fmt, plan.remembered, saved)
+        _observe(profile, plan)
+        return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
+                                body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,
+                                manifest_json=saved.data | {"id": saved.id})
+    raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
+                           "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
 
 
-def _manifest_summary(row: Any) -> dict[str, Any]:
-    return {"id": row.id, "format": row.format, "last_seq": row.last_seq, "request_sha256": row.request_sha256,
-            "tokens_total": row.tokens_total, "created_at": row.created_at.isoformat()}
-
-
-def list_manifests(db: OrmSession, session_id: str, *, limit: int = 50, before_id: int | None = None) -> dict[str, Any]:
-    """The session's persisted manifests, newest first: ``{"session_id", "manifests": [{id,
-    format, last_seq, request_sha256, tokens_total, created_at}], "next_before_id"}``
-    (``next_before_id`` pages on, None on the last page). Raises SessionNotFound (404)."""
+def list_manifests(db: OrmSession, session_id: str, *, limit: int = 50,
+                   before_id: int | None = None) -> tuple[list[ManifestSummary], int | None]:
+    """The session's persisted manifests, newest first (summaries), and the id to pass as
+    ``before_id`` for the next page (None on the last page). Raises SessionNotFound (404)."""
     require_session_row(db, session_id)
     rows = repo.list_manifests(db, session_id, limit=limit + 1, before_id=before_id)
     page = rows[:limit]
-    return {"session_id": session_id, "manifests": [_manifest_summary(r) for r in page],
-            "next_before_id": page[-1].id if len(rows) > limit else None}
+    return page, page[-1].id if len(rows) > limit else None
 
 
-def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> dict[str, Any]:
+def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest:
     """One persisted manifest exactly as it was served with its request (the body itself is
     not stored: ``request_sha256`` identifies it). Raises SessionNotFound or
     ManifestNotFound (404)."""
     require_session_row(db, session_id)
-    row = repo.get_manifest(db, session_id, manifest_id)
-    if row is None:
+    manifest = repo.get_manifest(db, session_id, manifest_id)
+    if manifest is None:
         raise ManifestNotFound(f"no manifest {manifest_id} in session {session_id!r}", session_id=session_id,
                                manifest_id=manifest_id)
-    return dict(row.manifest) | {"id": row.id}
+    return manifest
 
 
-def _observe(profile: Profile, fmt: str, assembly: Assembly, reuse: ReuseReport, elided: int, capped: int) -> None:
-    m = assembly.measurement
-    limit = assembly.budget.input_limit
+def _observe(profile: Profile, plan: RequestPlan) -> None:
+    m = plan.assembly.measurement
+    manifest, reuse = plan.manifest, plan.reuse
+    fmt = manifest.format
+    limit = plan.assembly.budget.input_limit
     for role, tokens in m.by_role.items():
         metrics.ASSEMBLED_TOKENS.labels(profile.name, role).inc(tokens)
         metrics.BUDGET_OCCUPANCY.labels(profile.name, role).observe(tokens / limit)
     metrics.REQUEST_TOKENS.labels(profile.name).observe(m.total)
     metrics.PREDICTED_REUSED_TOKENS.labels(profile.name, fmt).inc(reuse.predicted_cached_tokens)
     metrics.REUSE_RATIO.labels(profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
+    if manifest.cache.first_divergence is not None:
+        metrics.TRUNK_REWRITES.labels(profile.name, manifest.cache.first_divergence.zone).inc()
     segments = m.extra.get("segments")
     if isinstance(segments, dict):
         for zone, counts in segments.items():
             for result in ("hits", "misses"):
                 if counts[result]:
                     metrics.SEGMENT_CACHE.labels(profile.name, zone, result).inc(counts[result])
-    if elided:
-        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(elided)
+    evicted = sum(i.tokens or 0 for i in manifest.elided)
+    capped = sum(i.elided_tokens for i in manifest.items)
+    if evicted:
+        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(evicted)
     if capped:
         metrics.ELIDED_TOKENS.labels(profile.name, "item_cap").inc(capped)

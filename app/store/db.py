@@ -30,12 +30,17 @@ def json_loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
+READ_ONLY = "ctxd_read_only"  # execution option of the read-only session factory's engine
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url``. SQLite gets WAL, foreign keys and a 30 s busy timeout, is
     shared across the server's worker threads, and starts every transaction with
-    ``BEGIN IMMEDIATE``: a read that later writes (GET persists its manifest) would
-    otherwise fail at once with "database is locked" when another writer committed
-    after its snapshot; IMMEDIATE makes concurrent requests wait their turn instead."""
+    ``BEGIN IMMEDIATE``: a read that later writes (POST appends events) would otherwise
+    fail at once with "database is locked" when another writer committed after its
+    snapshot; IMMEDIATE makes concurrent writers wait their turn instead. Transactions of
+    :func:`make_read_factory` start with a plain (deferred) ``BEGIN``: a snapshot read
+    that takes no lock and waits for no writer."""
     kwargs.setdefault("json_serializer", json_dumps)
     kwargs.setdefault("json_deserializer", json_loads)
     if url.startswith("sqlite"):
@@ -52,7 +57,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **kwargs)
@@ -60,6 +65,27 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 def make_session_factory(engine: Engine) -> sessionmaker[OrmSession]:
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def make_read_factory(engine: Engine) -> sessionmaker[OrmSession]:
+    """Sessions for snapshot reads: a deferred ``BEGIN`` on SQLite (no write lock; WAL
+    gives the transaction one snapshot from its first read), ``REPEATABLE READ`` on
+    PostgreSQL (one snapshot for every statement of the transaction). Use them with
+    :func:`read_only`."""
+    options: dict[str, Any] = {READ_ONLY: True}
+    if engine.dialect.name == "postgresql":
+        options["isolation_level"] = "REPEATABLE READ"
+    return sessionmaker(bind=engine.execution_options(**options), expire_on_commit=False)
+
+
+@contextmanager
+def read_only(factory: sessionmaker[OrmSession]) -> Iterator[OrmSession]:
+    """One read transaction, always rolled back (it writes nothing)."""
+    with factory() as db:
+        try:
+            yield db
+        finally:
+            db.rollback()
 
 
 @contextmanager

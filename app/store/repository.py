@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Sequence
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
-from sqlalchemy import bindparam, func, insert, select, update
+import orjson
+from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session as OrmSession
 
+from app.domain.manifest import Manifest, ManifestSummary
+from app.domain.state import LayoutState, PreviousRequest, SessionState
 from app.domain.types import (
     ArtifactWriteEvent,
     Binding,
@@ -22,8 +28,18 @@ from app.domain.types import (
     ToolCall,
     ToolResultEvent,
 )
-from app.store.tables import (ArtifactRow, EventRow, ManifestRow, PayloadRow, PrefixStateRow, SessionRow, ToolCallRow,
-                              utcnow)
+from app.store import delta
+from app.store.tables import (
+    ArtifactRow,
+    EventRow,
+    LayoutStateRow,
+    ManifestRow,
+    PayloadRow,
+    PrefixStateRow,
+    SessionRow,
+    ToolCallRow,
+    utcnow,
+)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -32,28 +48,59 @@ def sha256_hex(data: bytes) -> str:
 
 # --- sessions -------------------------------------------------------------------------
 
-def session_from_row(row: SessionRow) -> Session:
-    contract = row.contract
+def _session(session_id: str, profile: str, contract: dict[str, Any], system: str, tools: list[Any],
+             meta: dict[str, Any] | None) -> Session:
     return Session(
-        id=row.id,
-        profile=row.profile,
+        id=session_id,
+        profile=profile,
         contract=Contract(
             goal=contract["goal"],
             constraints=tuple(Constraint(c["id"], c["text"]) for c in contract.get("constraints", [])),
             contract_version=int(contract.get("contract_version", 1)),
         ),
-        system=row.system,
-        tools=tuple(row.tools),
-        metadata=dict(row.meta or {}),
+        system=system,
+        tools=tuple(tools),
+        metadata=dict(meta or {}),
     )
+
+
+def session_from_row(row: SessionRow) -> Session:
+    return _session(row.id, row.profile, row.contract, row.system, row.tools, row.meta)
+
+
+# The GET path's statements are built once (the hot path then skips building a statement
+# and its cache key on every call); values are bound per call.
+_SESSION_STATE = (
+    select(SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
+           SessionRow.meta, SessionRow.model, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq,
+           PrefixStateRow.state)
+    .outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
+    .outerjoin(PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == bindparam("fmt")))
+    .where(SessionRow.id == bindparam("sid"))
+)
+
+
+def load_session_state(db: OrmSession, session_id: str,
+                       fmt: str | None = None) -> tuple[SessionState, PreviousRequest | None] | None:
+    """The session, its last seq and its layout state and, with ``fmt``, what it keeps of
+    its last request in that format: one statement. None when there is no such session."""
+    row = db.execute(_SESSION_STATE, {"sid": session_id, "fmt": fmt}).first()
+    if row is None:
+        return None
+    sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, previous = row
+    state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
+                         layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)), model=model)
+    return state, previous_request(previous)
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
                 tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
                 tenant_id: str = "default") -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0, cut_seq=0, tenant_id=tenant_id)
+                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id)
     db.add(row)
+    db.flush()  # the session row first: the layout state's foreign key names it
+    db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0))
     db.flush()
     return row
 
@@ -171,7 +218,7 @@ def add_tool_calls(db: OrmSession, session_id: str, calls: Sequence[tuple[str, i
     """Record new tool calls: (call id, seq of the declaring message, seq of its result or
     None). The caller has checked that no id is already in the session."""
     if calls:
-        db.execute(insert(ToolCallRow.__table__), [
+        db.execute(core_insert(ToolCallRow.__table__), [
             {"session_id": session_id, "call_id": call_id, "call_seq": call_seq, "result_seq": result_seq}
             for call_id, call_seq, result_seq in calls])
 
@@ -264,15 +311,27 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
 
 
+_EVENTS = (
+    select(EventRow)
+    .where(EventRow.session_id == bindparam("sid"), EventRow.seq > bindparam("after"), EventRow.seq <= bindparam("upto"))
+    .order_by(EventRow.seq)
+)
+_PAYLOADS = select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(bindparam("handles", expanding=True)))
+
+
 def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
-    """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq order."""
-    query = select(EventRow).where(EventRow.session_id == session_id, EventRow.seq > after_seq)
-    if upto_seq is not None:
-        query = query.where(EventRow.seq <= upto_seq)
-    rows = db.execute(query.order_by(EventRow.seq)).scalars().all()
-    handles = [text_handle(r.body) for r in rows if r.kind == "tool_result"]
-    payloads = get_payload_texts(db, handles)
-    return [event_from_row(r, payloads) for r in rows]
+    """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq
+    order, tool results with their payloads: one statement for the events, one more for
+    the payloads when there are tool results. (The payload handle is not taken out of the
+    JSON body in SQL: PostgreSQL's ``json`` operators refuse a document holding a NUL
+    escape anywhere, which message text and payloads may hold.)"""
+    params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
+    rows = db.execute(_EVENTS, params).scalars().all()
+    handles = sorted({text_handle(row.body) for row in rows if row.kind == "tool_result"})
+    payloads: dict[str, str] = {}
+    if handles:
+        payloads = {sha: bytes(data).decode("utf-8") for sha, data in db.execute(_PAYLOADS, {"handles": handles})}
+    return [event_from_row(row, payloads) for row in rows]
 
 
 def event_count(db: OrmSession, session_id: str) -> int:
@@ -281,47 +340,163 @@ def event_count(db: OrmSession, session_id: str) -> int:
 
 # --- manifests ------------------------------------------------------------------------
 
-def add_manifest(db: OrmSession, *, session_id: str, fmt: str, last_seq: int, request_sha256: str, tokens_total: int,
-                 manifest: dict[str, Any]) -> int:
-    row = ManifestRow(session_id=session_id, format=fmt, last_seq=last_seq, request_sha256=request_sha256,
-                      tokens_total=tokens_total, manifest=manifest)
-    db.add(row)
-    db.flush()
-    return row.id
+def _pack(value: Any) -> bytes:
+    """A stored manifest (or delta): JSON, zlib-compressed (a manifest's JSON repeats its
+    keys and reasons on every item, and compresses about 6-fold)."""
+    return zlib.compress(orjson.dumps(value), 6)
 
 
-def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: int | None = None) -> list[ManifestRow]:
-    """The session's manifests, newest first, at most ``limit``, with ids below ``before_id``."""
-    query = select(ManifestRow).where(ManifestRow.session_id == session_id)
+def _unpack(data: bytes) -> Any:
+    return orjson.loads(zlib.decompress(data))
+
+
+KEYFRAME_EVERY = 16  # a manifest stored whole at least every 16 manifests of a session and format
+
+
+@dataclass(frozen=True)
+class StoredManifest:
+    """A stored manifest as the next one's delta base: its id, its JSON (without ``id``),
+    the deltas since its keyframe (``depth``) and that keyframe's id."""
+
+    id: int
+    data: dict[str, Any] = field(repr=False)
+    depth: int = 0
+    keyframe_id: int | None = None
+
+    @property
+    def chain_start(self) -> int:
+        return self.keyframe_id if self.keyframe_id is not None else self.id
+
+
+_MANIFEST_COLUMNS = ("session_id", "format", "last_seq", "request_sha256", "tokens_total", "planner_version",
+                     "created_at", "data", "depth", "base_id", "keyframe_id")
+# on the tables, not the ORM classes: plain Core statements with bound values (no ORM bulk path)
+_MANIFEST_INSERT = core_insert(ManifestRow.__table__).returning(ManifestRow.id)
+_MANIFEST_INSERT_CHECKED = core_insert(ManifestRow.__table__).from_select(
+    list(_MANIFEST_COLUMNS),
+    select(*[bindparam(c, type_=ManifestRow.__table__.c[c].type).label(c) for c in _MANIFEST_COLUMNS]).where(
+        select(LayoutStateRow.session_id).where(LayoutStateRow.session_id == bindparam("sid"),
+                                                LayoutStateRow.version == bindparam("layout_version")).exists()),
+).returning(ManifestRow.id)
+
+
+def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | None = None,
+                 planner_version: int | None = None, layout_version: int | None = None) -> StoredManifest | None:
+    """Store ``manifest`` (its ``id`` is ignored): as a delta of ``base`` (the session's
+    previous manifest in the same format), or whole when there is none or ``base`` is
+    ``KEYFRAME_EVERY - 1`` deltas from its keyframe. Returns it as the next base.
+
+    ``layout_version``: store it only if the session's layout state still has this
+    version (one ``INSERT ... SELECT ... WHERE EXISTS``); None when it has not (nothing
+    stored: another worker moved the layout state)."""
+    data = manifest.to_json()
+    data.pop("id", None)
+    values: dict[str, Any] = {"session_id": manifest.session_id, "format": manifest.format,
+                              "last_seq": manifest.last_seq, "request_sha256": manifest.request_sha256,
+                              "tokens_total": manifest.tokens.total, "planner_version": planner_version,
+                              "created_at": utcnow()}
+    if base is None or base.depth + 1 >= KEYFRAME_EVERY:
+        values |= {"data": _pack(data), "depth": 0, "base_id": None, "keyframe_id": None}
+    else:
+        values |= {"data": _pack(delta.diff(base.data, data) or {"{": {}}), "depth": base.depth + 1,
+                   "base_id": base.id, "keyframe_id": base.chain_start}
+    # a Core insert (no ORM object for a row that is never read back as one)
+    if layout_version is None:
+        new_id = db.execute(_MANIFEST_INSERT, values).scalar_one_or_none()
+    else:
+        new_id = db.execute(_MANIFEST_INSERT_CHECKED, values | {"sid": manifest.session_id,
+                                                               "layout_version": layout_version}).scalar_one_or_none()
+    if new_id is None:
+        return None
+    return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
+
+
+def load_manifest(db: OrmSession, session_id: str, manifest_id: int) -> StoredManifest | None:
+    """The stored manifest ``manifest_id`` of ``session_id``, rebuilt from its keyframe and
+    deltas (two statements), or None if absent or another session's."""
+    head = db.execute(select(ManifestRow.format, ManifestRow.manifest, ManifestRow.data, ManifestRow.base_id,
+                             ManifestRow.keyframe_id, ManifestRow.depth)
+                      .where(ManifestRow.id == manifest_id, ManifestRow.session_id == session_id)).first()
+    if head is None:
+        return None
+    fmt, old, packed, base_id, keyframe_id, depth = head
+    data = _unpack(packed) if packed is not None else old
+    if base_id is not None:
+        start = keyframe_id if keyframe_id is not None else base_id
+        rows = {r.id: (r.base_id, _unpack(r.data) if r.data is not None else r.manifest) for r in db.execute(
+            select(ManifestRow.id, ManifestRow.base_id, ManifestRow.manifest, ManifestRow.data)
+            .where(ManifestRow.session_id == session_id, ManifestRow.format == fmt,
+                   ManifestRow.id >= start, ManifestRow.id < manifest_id))}
+        chain = [data]
+        while base_id is not None:
+            base_id, stored = rows[base_id]
+            chain.append(stored)
+        data = chain.pop()
+        while chain:
+            data = delta.apply(data, chain.pop())
+    return StoredManifest(id=manifest_id, data=data, depth=int(depth or 0), keyframe_id=keyframe_id)
+
+
+def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: int | None = None) -> list[ManifestSummary]:
+    """The session's manifests, newest first, at most ``limit``, with ids below ``before_id``
+    (summary columns only: the manifests themselves are not read)."""
+    query = select(ManifestRow.id, ManifestRow.format, ManifestRow.last_seq, ManifestRow.request_sha256,
+                   ManifestRow.tokens_total, ManifestRow.created_at).where(ManifestRow.session_id == session_id)
     if before_id is not None:
         query = query.where(ManifestRow.id < before_id)
-    return list(db.execute(query.order_by(ManifestRow.id.desc()).limit(limit)).scalars())
+    return [ManifestSummary(id=r.id, format=r.format, last_seq=r.last_seq, request_sha256=r.request_sha256,
+                            tokens_total=r.tokens_total, created_at=r.created_at.isoformat())
+            for r in db.execute(query.order_by(ManifestRow.id.desc()).limit(limit))]
 
 
-def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> ManifestRow | None:
-    row = db.get(ManifestRow, manifest_id)
-    return row if row is not None and row.session_id == session_id else None
+def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest | None:
+    """The stored manifest ``manifest_id`` of ``session_id`` exactly as it was served
+    (None if absent or another session's)."""
+    stored = load_manifest(db, session_id, manifest_id)
+    return None if stored is None else Manifest.from_json(stored.data | {"id": stored.id})
 
 
-def advance_cut(db: OrmSession, session_id: str, cut_seq: int) -> None:
-    db.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.cut_seq < cut_seq).values(cut_seq=cut_seq))
+# --- layout states --------------------------------------------------------------------
+
+_LAYOUT_CAS = (update(LayoutStateRow.__table__)
+               .where(LayoutStateRow.session_id == bindparam("sid"), LayoutStateRow.version == bindparam("expected"))
+               .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"), updated_at=bindparam("now")))
+
+
+def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutState, new: LayoutState) -> bool:
+    """Write ``new`` if the stored layout state is still ``expected`` (same version);
+    True when written. Another worker's change in between makes it False."""
+    done = db.execute(_LAYOUT_CAS, {"sid": session_id, "expected": expected.version, "new_version": new.version,
+                                    "new_cut": new.cut_seq, "now": utcnow()})
+    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
 
 
 # --- prefix states --------------------------------------------------------------------
 
-def get_prefix_state(db: OrmSession, session_id: str, fmt: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    # a Core select of the two columns: no ORM object for a row that is replaced on every GET
-    row = db.execute(select(PrefixStateRow.state, PrefixStateRow.layout)
-                     .where(PrefixStateRow.session_id == session_id, PrefixStateRow.format == fmt)).first()
-    return (row[0], row[1]) if row else None
+def previous_request(state: dict[str, Any] | None) -> PreviousRequest | None:
+    """A stored prefix-state record as a value (None if absent or unreadable: the next
+    request is then reported as the session's first in that format)."""
+    if state is None:
+        return None
+    try:
+        return PreviousRequest.from_json(state)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
-def put_prefix_state(db: OrmSession, session_id: str, fmt: str, state: dict[str, Any], layout: dict[str, Any]) -> None:
-    values = {"session_id": session_id, "format": fmt, "state": state, "layout": layout, "updated_at": utcnow()}
-    insert = _upsert_insert(db)
-    if insert is None:
-        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
+def _prefix_upsert(insert: Any) -> Any:
+    statement = insert(PrefixStateRow.__table__)
     # an upsert: two concurrent GETs of one session must not collide on the primary key
-    statement = insert(PrefixStateRow).values(**values)
-    db.execute(statement.on_conflict_do_update(index_elements=["session_id", "format"],
-                                               set_={"state": state, "layout": layout, "updated_at": values["updated_at"]}))
+    return statement.on_conflict_do_update(index_elements=["session_id", "format"],
+                                           set_={"state": statement.excluded.state,
+                                                 "updated_at": statement.excluded.updated_at})
+
+
+_PREFIX_UPSERT = {"sqlite": _prefix_upsert(sqlite_insert), "postgresql": _prefix_upsert(pg_insert)}
+
+
+def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
+    statement = _PREFIX_UPSERT.get(db.get_bind().dialect.name)
+    if statement is None:
+        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
+    db.execute(statement, {"session_id": session_id, "format": fmt, "state": previous.to_json(), "updated_at": utcnow()})

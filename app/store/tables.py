@@ -29,13 +29,24 @@ class SessionRow(Base):
     tools: Mapped[list[Any]] = mapped_column(JSON)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     model: Mapped[str | None] = mapped_column(String(256), nullable=True, default=None)  # None: the profile's
-    # the owning tenant (issue 12; migration 0005_tenancy backfilled existing sessions to "default")
+    # the owning tenant (issue 12; migration 0007_tenancy backfilled existing sessions to "default")
     tenant_id: Mapped[str] = mapped_column(String(32), ForeignKey("tenants.id"), default="default")
     # bytes of the payloads this session's events posted, each counted every time (storage quota)
     stored_bytes: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
-    cut_seq: Mapped[int] = mapped_column(Integer, default=0)  # first kept turn group (layout state)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LayoutStateRow(Base):
+    """A session's layout state (app/domain/state.py ``LayoutState``): written only by
+    compare-and-set on ``version`` (migration 0005_layout_states replaced ``sessions.cut_seq``)."""
+
+    __tablename__ = "layout_states"
+
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    cut_seq: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
 
 class EventRow(Base):
@@ -100,7 +111,9 @@ class ArtifactRow(Base):
 
 
 class ManifestRow(Base):
-    """The persisted assembly manifest of every served request (seed 003)."""
+    """The persisted assembly manifest of every served request (seed 003), stored as a
+    delta of the session's previous manifest in the same format, with a keyframe (the whole
+    manifest) every ``KEYFRAME_EVERY`` manifests (app/store/repository.py)."""
 
     __tablename__ = "manifests"
     __table_args__ = (Index("ix_manifests_session", "session_id", "id"),)
@@ -111,20 +124,27 @@ class ManifestRow(Base):
     last_seq: Mapped[int] = mapped_column(Integer)
     request_sha256: Mapped[str] = mapped_column(String(64))
     tokens_total: Mapped[int] = mapped_column(Integer)
-    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # rows stored before migration 0006_manifest_deltas
+    # zlib-compressed JSON: a keyframe (base_id NULL) is the whole manifest, a delta an
+    # app/store/delta.py delta of base_id's
+    data: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    base_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), nullable=True)
+    keyframe_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), nullable=True)
+    depth: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # deltas since the keyframe
+    planner_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class PrefixStateRow(Base):
-    """Per session and wire format: the previous request's chained block hashes and the
-    leaf index used to explain where the next request diverges (issue: prefix reuse)."""
+    """Per session and wire format, what is kept of the last request served in it: its
+    length, fingerprint, what rebuilds it and its manifest's id (app/domain/state.py
+    ``PreviousRequest``; migration 0006_manifest_deltas replaced the whole block digests and layout)."""
 
     __tablename__ = "prefix_states"
 
     session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
     format: Mapped[str] = mapped_column(String(16), primary_key=True)
-    state: Mapped[dict[str, Any]] = mapped_column(JSON)
-    layout: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)  # PreviousRequest.to_json(): ~200 bytes
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
 

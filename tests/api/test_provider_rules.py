@@ -116,7 +116,7 @@ def test_final_assistant_text_is_trimmed_in_every_format(client: TestClient, ser
     assert got["openai"]["request"]["messages"][-1]["content"] == "I listed the files."
     assert_exact(got, profile, served_ids)
     item = next(i for i in got["openai"]["manifest"]["items"] if i["event_id"] == "a2")
-    assert item["transform"] == ["trailing whitespace of the text trimmed"]
+    assert item["transforms"] == [{"name": "trim_trailing_whitespace", "note": "trailing whitespace of the text trimmed"}]
     assert any("prefill" in w for w in got["anthropic"]["manifest"]["layout_warnings"])
     if profile == "mistral-tekken":  # a continuation: no </s> after the text, "prefix" as the Mistral API wants
         assert got["openai"]["request"]["messages"][-1]["prefix"] is True
@@ -201,7 +201,7 @@ def test_arguments_that_are_not_an_object_are_wrapped(client: TestClient, served
     uses = [b for m in got["anthropic"]["request"]["messages"] for b in m["content"] if b["type"] == "tool_use"]
     assert uses[0]["input"] == {"arguments": arguments}, "every format sees the same value"
     item = next(i for i in got["openai"]["manifest"]["items"] if i["event_id"] == "a1")
-    assert item["transform"] == ['call c1: arguments sent as {"arguments": <the text>}']
+    assert item["transforms"] == [{"name": "arguments_object", "note": 'call c1: arguments sent as {"arguments": <the text>}'}]
 
 
 def test_raw_arguments_stay_in_the_log(client: TestClient) -> None:

@@ -281,7 +281,7 @@ def test_delete_removes_everything_of_the_session(app_client: TestClient, two: A
     assert_problem(app_client.get(f"/v1/sessions/{sid}", headers=a), 404)
     assert_problem(app_client.get(f"/v1/handles/{handle}", headers=a), 404)
     assert_problem(app_client.delete(f"/v1/sessions/{sid}", headers=a), 404)
-    assert sid not in app_client.app.state.meters._ctxd_assembly_memo._sessions  # type: ignore[attr-defined]
+    assert sid not in app_client.app.state.memo._sessions  # type: ignore[attr-defined]
 
 
 def test_profiles_are_listed(app_client: TestClient, two: Any) -> None:

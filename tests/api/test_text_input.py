@@ -158,6 +158,22 @@ def test_nul_in_system_is_422_and_in_payloads_and_messages_is_kept(client: TestC
     assert client.get(f"/v1/sessions/{sid}/request").status_code == 200
 
 
+def test_nul_in_a_tool_results_conditions_is_served_on_every_database(client: TestClient) -> None:
+    """PostgreSQL's json operators refuse a document holding a NUL escape anywhere in it
+    ("unsupported Unicode escape sequence": turbot/steampipe#292, open-metadata/OpenMetadata#30955),
+    so the GET's event load never parses event bodies in SQL: a NUL in a message, in a tool
+    result's exception text and in its conditions is stored and the next request is 200."""
+    sid = new_session(client)
+    events = [{"event_id": "u1", "kind": "message", "role": "user", "content": "x\x00y"},
+              _call(call_id="c1") | {"event_id": "a1"},
+              result("r1", "c1", "out\n", conditions={"exception_info": "E: a\x00b", "note": "\x00"})]
+    assert post(client, sid, *events).status_code == 200
+    got = client.get(f"/v1/sessions/{sid}/request")
+    assert got.status_code == 200, got.text
+    tool = next(m for m in got.json()["request"]["messages"] if m["role"] == "tool")
+    assert "E: a\x00b" in tool["content"] and tool["content"].endswith("out\n")
+
+
 # -- line ranges count "\n" only -----------------------------------------------------------
 
 PIP = "Collecting numpy\r  10%\r  55%\r 100%\nInstalled numpy\nERROR: test_x failed\n"

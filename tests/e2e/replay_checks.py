@@ -63,6 +63,12 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
         text = "\n".join(m["content"] or "" for m in body["messages"])
         for constraint in constraints:
             assert constraint in text, f"{where}: constraint missing"
+        listed = [i["seq"] for i in manifest["items"] + manifest["elided"]]
+        ranged = sum(r["events"] for r in manifest.get("ranges", ()))
+        assert len(set(listed)) == len(listed) and len(listed) + ranged == manifest["last_seq"], \
+            f"{where}: every event accounted for exactly once"
+        assert client.get(f"/v1/sessions/{sid}/manifests/{manifest['id']}").json() == manifest, \
+            f"{where}: the stored manifest (keyframe + deltas) reads back as served"
         for handle in manifest["layout"]["elision_index"]:
             assert handle[:12] in body["messages"][1]["content"], where
             index = client.get(f"/v1/handles/{handle}")

@@ -9,11 +9,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.services.memo import AssemblyMemo, install_memo
+from app.services.memo import AssemblyMemo
 from app.services.requests import COUNT_LOOKUPS, assemble_request
 from app.services.sessions import create_session, ingest_events
 from app.store import repository as repo
-from app.store.db import make_engine, make_session_factory
+from app.store.db import make_engine, make_read_factory, make_session_factory
 from app.store.migrate import upgrade_head
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry, load_profiles
@@ -27,7 +27,7 @@ def test_count_lookups_stop_and_known_counts_are_read_once(tmp_path: Path) -> No
     factory = make_session_factory(engine)
     profiles = ProfileRegistry(load_profiles())
     meters = MeterRegistry(LocalLRUCache(1 << 24))
-    install_memo(meters, AssemblyMemo())
+    memo = AssemblyMemo()  # the app's (app.state.memo)
     with factory() as db:
         sid = create_session(db, profiles, profile="qwen3", contract={"goal": "g", "constraints": []}, system="s",
                              tools=[], metadata={})
@@ -52,13 +52,11 @@ def test_count_lookups_stop_and_known_counts_are_read_once(tmp_path: Path) -> No
         statements.clear()
         sa.event.listen(engine, "before_cursor_execute", capture)
         try:
-            with factory() as db:
-                got = assemble_request(db, profiles, meters, sid)
-                db.commit()
+            got = assemble_request(factory, profiles, meters, sid, memo=memo, read_factory=make_read_factory(engine))
         finally:
             sa.event.remove(engine, "before_cursor_execute", capture)
         lookups = sum(1 for s in statements if "token_counts" in s and s.lstrip().upper().startswith("SELECT"))
-        return [i for i in got.manifest["items"] if i["kind"] == "tool_result"], lookups
+        return [i for i in got.manifest.to_json()["items"] if i["kind"] == "tool_result"], lookups
 
     for n in range(COUNT_LOOKUPS + 2):
         items, lookups = get()

@@ -187,7 +187,11 @@ def test_assembly_neutralises_every_leaf_text_and_records_it() -> None:
     assistant = next(m for m in conv.leaf if m.role == "assistant")
     tool = next(m for m in conv.leaf if m.role == "tool")
     assert assistant.tool_calls[0].name == tool.name == "__think_"  # neutralised, then made a valid function name (provider rules)
-    counts = {i["event_id"]: i["transforms"][0]["count"] for i in first.items if "transforms" in i}
+    counts = {i.event_id: t.count for i in first.items for t in i.transforms if t.name == "neutralise_control_tokens"}
     assert counts == {"a2": 5, "r1": 3, "s1": 2}  # reasoning 2 + name 1 + arguments 2; payload 2 + exception 1
+    # one list of transforms: the provider rule on the call's name, then the neutralisation
+    assert [t.name for t in next(i for i in first.items if i.event_id == "a2").transforms] == [
+        "function_name", "neutralise_control_tokens"]
     plain = assemble_window(session, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
-    assert not any("transforms" in i for i in plain.items), "a meter without control strings changes nothing"
+    assert not any(t.name == "neutralise_control_tokens" for i in plain.items for t in i.transforms), \
+        "a meter without control strings changes nothing"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.assembly import assemble_window, bound_group, build_turn_groups
+from app.domain.assembly import NOTE_MAX_GROUPS, assemble_window, bound_group, build_turn_groups
 from app.domain.budget import Budget
 from app.domain.errors import NewestGroupOverBudget, PinnedOverBudget
 from app.domain.types import Constraint, Contract, MessageEvent, Session, StepEvent, ToolCall, ToolResultEvent
@@ -49,14 +49,19 @@ def check_invariants(result, events, budget) -> None:
     results = [m.call_id for m in conv.leaf if m.role == "tool"]
     assert sorted(calls) == sorted(results), "every call has its result and every result its call"
     assert "do not touch tests" in conv.trunk
-    elided_handles = {e["handle"] for e in result.elided if e["kind"] == "tool_result"}
+    elided_handles = {e.handle for e in result.elided if e.kind == "tool_result"}
     index_text = " ".join(data.decode() for data in result.derived_payloads.values())
     for handle in result.derived_payloads:
         assert handle[:12] in conv.trunk, "the note names its index payload"
     for handle in elided_handles:
         assert handle[:12] in conv.trunk or handle in index_text, "the elision note names every dropped handle"
-    accounted = {i["seq"] for i in result.items} | {e["seq"] for e in result.elided}
-    assert accounted == {e.seq for e in events}
+    listed = [i.seq for i in result.items] + [e.seq for e in result.elided]
+    assert len(listed) == len(set(listed)), "an event is listed once"
+    unlisted = {e.seq for e in events} - set(listed)
+    assert set(listed) <= {e.seq for e in events}
+    assert len(unlisted) == sum(r.events for r in result.ranges), "every other event is in a range"
+    assert all(any(r.seq_from <= seq <= r.seq_to for r in result.ranges) for seq in unlisted)
+    assert len(result.elided) <= 4 * NOTE_MAX_GROUPS and len(result.ranges) <= 1, "bounded by the window"
 
 
 def test_groups_pair_parallel_calls_out_of_order() -> None:
@@ -74,8 +79,8 @@ def test_only_the_latest_step_is_shown_and_older_ones_are_accounted() -> None:
     check_invariants(result, events, budget)
     assert result.conversation.leaf[-1].content == "Next step: second"
     assert not any("first" in m.content for m in result.conversation.leaf)
-    older = next(i for i in result.items if i["event_id"] == "s1")
-    assert older["representation"] == "superseded" and older["zone"] is None
+    older = next(i for i in result.items if i.event_id == "s1")
+    assert older.representation == "superseded" and older.zone is None
 
 
 def test_pending_call_is_not_rendered() -> None:
@@ -94,7 +99,7 @@ def test_eviction_drops_whole_oldest_groups_with_note() -> None:
     check_invariants(result, events, budget)
     assert result.elided, "something had to go"
     assert "## Elided history" in result.conversation.trunk
-    dropped_turns = {e["event_id"] for e in result.elided if e["kind"] == "message"}
+    dropped_turns = {e.event_id for e in result.elided if e.kind == "message"}
     assert "a0" in dropped_turns  # the oldest goes first
     kept_first = result.conversation.leaf[0]
     assert kept_first.role == "assistant"
@@ -136,9 +141,14 @@ def test_note_stays_bounded_with_an_index_of_older_groups() -> None:
     (handle, data), = result.derived_payloads.items()
     assert hashlib.sha256(data).hexdigest() == handle
     index = json.loads(data)
-    dropped_turns = [e for e in result.elided if e["kind"] == "message"]
-    assert len(index) == len(dropped_turns) - 32
-    assert index[0]["turn"] == dropped_turns[0]["handle"]
+    listed_turns = [e for e in result.elided if e.kind == "message"]
+    assert len(listed_turns) == 32, "the manifest lists the groups the note lists line by line"
+    (older,) = result.ranges
+    assert older.index == handle and older.representations == {"elided": 2 * len(index)}
+    assert older.seq_from == 1 and older.events == 2 * len(index)
+    assert index[0]["turn"] == events[0].handle and index[-1]["seq"] == older.seq_to - 1
+    assert listed_turns[0].seq == older.seq_to + 1
+    assert older.tokens == 5 * len(index)
 
 
 def test_item_cap_bounds_tool_output_head_tail() -> None:
@@ -154,16 +164,16 @@ def test_item_cap_bounds_tool_output_head_tail() -> None:
     marker = (f"[... 1 lines ({len(elided.encode()):,} bytes) elided by ctxd; the whole output is handle "
               f"{events[1].handle}: GET /v1/handles/{events[1].handle}?lines=1:1 ...]")
     assert marker in tool.content and "tokens" not in tool.content
-    item = [i for i in result.items if i["kind"] == "tool_result"][0]
-    assert item["representation"] == "head_tail" and item["elided_bytes"] == len(elided.encode())
-    assert item["elided_lines"] == [1, 1] and item["bytes"] == len(payload) and item["lines"] == 1
-    assert item["tokens_known"] is False and "tokens" not in item and "elided_tokens" not in item
+    item = [i for i in result.items if i.kind == "tool_result"][0]
+    assert item.representation == "head_tail" and item.elided_bytes == len(elided.encode())
+    assert item.elided_lines == (1, 1) and item.bytes == len(payload) and item.lines == 1
+    assert item.tokens_known is False and item.tokens is None and not item.elided_tokens
     # with the payload's count known (stored after its POST): reported in the manifest, same body
     known = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100,
                             payload_tokens={events[1].handle: 500})
     assert known.conversation == result.conversation
-    item = [i for i in known.items if i["kind"] == "tool_result"][0]
-    assert item["tokens_known"] is True and item["tokens"] == 500 and item["elided_tokens"] == 400
+    item = [i for i in known.items if i.kind == "tool_result"][0]
+    assert item.tokens_known is True and item.tokens == 500 and item.elided_tokens == 400
 
 
 def test_pinned_over_budget_raises_with_role() -> None:
@@ -216,8 +226,8 @@ def test_leaf_cache_distinguishes_the_item_cap_and_the_meter() -> None:
     small = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=20, leaf_cache=cache)
     large = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000, leaf_cache=cache)
     assert small.measurement.total < large.measurement.total
-    assert any(i.get("representation") == "head_tail" for i in small.items)
-    assert not any(i.get("representation") == "head_tail" for i in large.items)
+    assert any(i.representation == "head_tail" for i in small.items)
+    assert not any(i.representation == "head_tail" for i in large.items)
 
 
 # --- issue 8 item 4: the newest turn group is never evicted silently ---------------------
@@ -245,7 +255,7 @@ def newest_present(result, events) -> None:
     assert {m.call_id for m in leaf if m.role == "tool"} >= {r.call_id for r in newest.results}
     if newest.message.content.strip() or newest.results:
         assert any(m.seq == newest.message.seq for m in leaf)
-    kept = {i["event_id"] for i in result.items}
+    kept = {i.event_id for i in result.items}
     assert {newest.message.event_id, *(r.event_id for r in newest.results)} <= kept
 
 
@@ -257,9 +267,9 @@ def test_newest_group_larger_than_the_eviction_target_is_kept_whole() -> None:
     check_invariants(result, events, budget)
     newest_present(result, events)
     assert 200 < result.measurement.total <= 550
-    assert {e["event_id"] for e in result.elided if e["kind"] == "message"} == {"a0", "a1", "a2"}
+    assert {e.event_id for e in result.elided if e.kind == "message"} == {"a0", "a1", "a2"}
     tools = [m for m in result.conversation.leaf if m.role == "tool"]
-    assert len(tools) == 5 and all(i["representation"] == "verbatim" for i in result.items if i["kind"] == "tool_result")
+    assert len(tools) == 5 and all(i.representation == "verbatim" for i in result.items if i.kind == "tool_result")
     assert result.cut_seq == 7  # the newest group's first seq
 
 
@@ -280,10 +290,10 @@ def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
     """input_limit 950: alone the eight results do not fit, so they share the observations
     share (475 of 950) as head + tail, 59 or 60 words each; the request is 791 tokens."""
     result, events, _ = eight_results_of_100_words(1000)
-    results = [i for i in result.items if i["kind"] == "tool_result"]
-    kept_words = [i["tokens"] - i["elided_tokens"] for i in results]
+    results = [i for i in result.items if i.kind == "tool_result"]
+    kept_words = [i.tokens - i.elided_tokens for i in results]
     assert sorted(kept_words) == [59] * 5 + [60] * 3 and sum(kept_words) == 475
-    assert all(i["representation"] == "head_tail" and "share 475 tokens" in i["why"] for i in results)
+    assert all(i.representation == "head_tail" and "share 475 tokens" in i.why for i in results)
     # 13 root + 79 trunk (contract + note) + assistant 4+2+8*4 + 8 results * (4 + 2 + kept + 17 marker) + 2
     assert result.measurement.total == 13 + 79 + 38 + 8 * 23 + 475 + 2 == 791
     by_call = {e.call_id: e for e in events if isinstance(e, ToolResultEvent)}
@@ -296,7 +306,7 @@ def test_newest_group_bounded_to_the_room_left_when_below_the_share() -> None:
     """The same group with input_limit 550: the room left by the pinned content (234 words
     for the results) is below the observations share (275); the request uses it exactly."""
     result, _, budget = eight_results_of_100_words(600)
-    kept_words = [i["tokens"] - i["elided_tokens"] for i in result.items if i["kind"] == "tool_result"]
+    kept_words = [i.tokens - i.elided_tokens for i in result.items if i.kind == "tool_result"]
     assert sum(kept_words) == 234 and max(kept_words) - min(kept_words) <= 1
     assert result.measurement.total == budget.input_limit == 550
 
@@ -308,8 +318,8 @@ def test_single_oversized_result_goes_behind_its_handle_before_crossing_input_li
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=5000)
     check_invariants(result, events, budget)
     newest_present(result, events)
-    (item,) = [i for i in result.items if i["kind"] == "tool_result"]
-    assert item["representation"] == "head_tail" and item["tokens"] == 2000
+    (item,) = [i for i in result.items if i.kind == "tool_result"]
+    assert item.representation == "head_tail" and item.tokens == 2000
     tool = next(m for m in result.conversation.leaf if m.role == "tool")
     assert events[1].handle in tool.content and tool.content.startswith("exit_code: 0\nt0r0w0 ")
     assert tool.content.endswith("t0r0w1999")
@@ -345,7 +355,7 @@ def test_a_later_message_that_sends_nothing_does_not_expose_the_newest_group(lat
     check_invariants(result, events, budget)
     newest_present(result, events)
     assert len([m for m in result.conversation.leaf if m.role == "tool"]) == 8
-    assert next(i for i in result.items if i["event_id"] == "later")["representation"] in ("dropped", "pending")
+    assert next(i for i in result.items if i.event_id == "later").representation in ("dropped", "pending")
 
 
 def test_after_the_422_a_newer_group_evicts_the_oversized_one() -> None:
@@ -355,7 +365,7 @@ def test_after_the_422_a_newer_group_evicts_the_oversized_one() -> None:
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
     check_invariants(result, events, budget)
     assert [m.content for m in result.conversation.leaf] == ["Continue."]
-    assert {e["event_id"] for e in result.elided} == {"a0", "r0-0"}
+    assert {e.event_id for e in result.elided} == {"a0", "r0-0"}
 
 
 def test_pinned_content_over_budget_is_still_named_as_pinned() -> None:
@@ -423,8 +433,8 @@ def test_message_no_format_sends_is_listed_as_dropped(role: str, content: str, w
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
     check_invariants(result, events, budget)
-    item = next(i for i in result.items if i["event_id"] == "m")
-    assert (item["representation"], item["zone"]) == ("dropped", None) and item["why"].startswith(why)
+    item = next(i for i in result.items if i.event_id == "m")
+    assert (item.representation, item.zone) == ("dropped", None) and item.why.startswith(why)
     assert not any(m.seq == 3 for m in result.conversation.leaf)
     assert [m.role for m in result.conversation.leaf] == ["assistant", "tool"]
 
@@ -437,6 +447,6 @@ def test_sent_messages_are_verbatim_and_pending_stays_pending() -> None:
     ]
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
-    by_id = {i["event_id"]: i for i in result.items}
-    assert by_id["u"]["representation"] == "verbatim" and by_id["p"]["representation"] == "pending"
+    by_id = {i.event_id: i for i in result.items}
+    assert by_id["u"].representation == "verbatim" and by_id["p"].representation == "pending"
     assert [m.content for m in result.conversation.leaf if m.role == "user"] == [" go on "]

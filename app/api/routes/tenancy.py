@@ -9,13 +9,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import Caller
-from app.api.deps import Profiles, Uow
+from app.api.deps import Db, Memo, Profiles, Uow
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
 from app.api.schemas import ProfileList, ProfileOut, SessionDeleted, SessionList
 from app.services import sessions as session_service
 from app.services import tenancy as tenancy_service
-from app.services.memo import memo_of
+from app.store.db import read_only
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 audit = logging.getLogger("ctxd.audit")
@@ -24,33 +24,32 @@ OCTETS = {200: {"content": {"application/octet-stream": {}}, "description": "The
 
 
 @router.get("/sessions", response_model=SessionList, responses=documented())
-def list_sessions(uow: Uow, caller: Caller,
+def list_sessions(db: Db, caller: Caller,
                   limit: Annotated[int, Query(ge=1, le=500, description="sessions per page")] = 50,
                   cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")]
                   = None) -> SessionList:
     """The caller's tenant's sessions, newest first, keyset-paged (``next_cursor``)."""
-    with uow() as db:
-        return SessionList(**tenancy_service.list_sessions(db, caller, limit=limit, cursor=cursor))
+    with read_only(db.read) as conn:
+        return SessionList(**tenancy_service.list_sessions(conn, caller, limit=limit, cursor=cursor))
 
 
 @router.delete("/sessions/{session_id}", response_model=SessionDeleted, responses=documented(404))
-def delete_session(session_id: str, request: Request, uow: Uow, caller: Caller) -> SessionDeleted:
+def delete_session(session_id: str, uow: Uow, memo: Memo, caller: Caller) -> SessionDeleted:
     """Delete the session: its events, manifests, tool calls, artifacts, prefix and layout
     states, memo entries, and the payloads no other session references."""
     with uow() as db:
         out = tenancy_service.delete_session(db, session_id, caller)
-    memo = getattr(request.app.state, "memo", None) or memo_of(request.app.state.meters)
     memo.forget(session_id)
     audit.info("session deleted: tenant=%s session=%s key_id=%s payloads_deleted=%d", caller.tenant_id, session_id,
                caller.key_id, out["payloads_deleted"])
     return SessionDeleted(id=session_id, **out)
 
 
-def _read(uow: Uow, caller: Caller, handle: str, session_id: str | None, offset: int | None, length: int | None,
+def _read(db: Db, caller: Caller, handle: str, session_id: str | None, offset: int | None, length: int | None,
           lines: str | None) -> Response:
-    with uow() as db:
-        full = tenancy_service.resolve_handle(db, handle, caller, session_id=session_id)
-        full, data, size = session_service.read_handle(db, full, offset=offset, length=length, lines=lines)
+    with read_only(db.read) as conn:
+        full = tenancy_service.resolve_handle(conn, handle, caller, session_id=session_id)
+        full, data, size = session_service.read_handle(conn, full, offset=offset, length=length, lines=lines)
     audit.info("handle read: tenant=%s session=%s handle=%s bytes=%d key_id=%s", caller.tenant_id, session_id or "-",
                full, len(data), caller.key_id)
     return Response(content=data, media_type="application/octet-stream",
@@ -63,20 +62,20 @@ Lines = Annotated[str | None, Query(pattern=r"^\d{1,18}:\d{1,18}$", description=
 
 
 @router.get("/handles/{handle}", responses=documented(404, 416) | OCTETS)
-def get_handle(handle: str, uow: Uow, caller: Caller, offset: Offset = None, length: Length = None,
+def get_handle(handle: str, db: Db, caller: Caller, offset: Offset = None, length: Length = None,
                lines: Lines = None) -> Response:
     """The raw payload exactly as posted (or a byte or line slice), when a session of the
     caller's tenant posted it or a request was derived with it; a prefix of 8+ hex
     characters resolves among those only. Another tenant's payload is a 404."""
-    return _read(uow, caller, handle, None, offset, length, lines)
+    return _read(db, caller, handle, None, offset, length, lines)
 
 
 @router.get("/sessions/{session_id}/handles/{handle}", responses=documented(404, 416) | OCTETS)
-def get_session_handle(session_id: str, handle: str, uow: Uow, caller: Caller, offset: Offset = None,
+def get_session_handle(session_id: str, handle: str, db: Db, caller: Caller, offset: Offset = None,
                        length: Length = None, lines: Lines = None) -> Response:
     """The raw payload behind ``handle`` when this session posted it or a request of this
     session was derived with it (a prefix resolves within the session only)."""
-    return _read(uow, caller, handle, session_id, offset, length, lines)
+    return _read(db, caller, handle, session_id, offset, length, lines)
 
 
 @router.get("/profiles", response_model=ProfileList, responses=documented())

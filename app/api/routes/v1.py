@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.auth import Caller
-from app.api.deps import Meters, Profiles, Uow
+from app.api.deps import Db, Memo, Meters, Profiles, Uow
 from app.api.problems import documented
 from app.api.schemas import (
     ROW_ID_MAX,
     AssembledRequest,
     EventBatch,
     EventBatchOut,
+    ManifestList,
+    ManifestOut,
     PreconditionIn,
     PreconditionOut,
     SessionCreate,
@@ -26,6 +29,8 @@ from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
 from app.services import tenancy as tenancy_service
+from app.services.memo import AssemblyMemo
+from app.store.db import read_only
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
@@ -46,16 +51,16 @@ def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Pr
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=documented(404))
-def get_session(session_id: str, uow: Uow, profiles: Profiles) -> SessionOut:
+def get_session(session_id: str, db: Db, profiles: Profiles) -> SessionOut:
     """The session (``model``: the one its request bodies name), its event count, last seq
     and artifact revisions."""
-    with uow() as db:
-        return SessionOut(**session_service.describe_session(db, session_id, profiles))
+    with read_only(db.read) as conn:
+        return SessionOut(**session_service.describe_session(conn, session_id, profiles))
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
 def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
-                background: BackgroundTasks, caller: Caller) -> EventBatchOut:
+                memo: Memo, background: BackgroundTasks, caller: Caller) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
     tool outputs' token counts are computed after the response (manifests report them).
     A batch that brings the tenant over its storage quota is 429 and stores nothing."""
@@ -67,14 +72,15 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
         tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
     handles = sorted(set(out.pop("new_tool_outputs")))
     if handles:
-        background.add_task(_count_tokens, uow, profiles, meters, session_id, handles)
+        background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
     return EventBatchOut(**out)
 
 
-def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, session_id: str, handles: list[str]) -> None:
+def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, memo: AssemblyMemo, session_id: str,
+                  handles: list[str]) -> None:
     try:
         tokenizer_id, counts = session_service.count_payload_tokens(uow, profiles, meters, session_id, handles)
-        request_service.remember_payload_tokens(meters, session_id, tokenizer_id, counts)
+        request_service.remember_payload_tokens(memo, session_id, tokenizer_id, counts)
     except Exception:  # an optimisation: never fails anything; GETs report the count as unknown
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
@@ -90,27 +96,37 @@ def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> Preco
     return PreconditionOut(**state.as_dict())
 
 
-@router.get("/sessions/{session_id}/request", response_model=AssembledRequest, responses=documented(404, 503))
-def get_request(session_id: str, uow: Uow, profiles: Profiles, meters: Meters,
-                format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> AssembledRequest:
-    """The next model request for ``format``, with its manifest (persisted)."""
-    with uow() as db:
-        out = request_service.assemble_request(db, profiles, meters, session_id, fmt=format)
-    return AssembledRequest(request=out.request, manifest=out.manifest)
+# The GET answers below declare their response models (so the OpenAPI document gives the
+# manifest's schema) but return pre-serialized JSON: a 150 kB body is not re-validated.
+JSON_BYTES = "application/json"
 
 
-@router.get("/sessions/{session_id}/manifests", responses=documented(404))
-def list_manifests(session_id: str, uow: Uow,
+@router.get("/sessions/{session_id}/request", response_model=AssembledRequest,
+            responses=documented(404, 503))
+def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters,
+                format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> Response:
+    """The next model request for ``format``, with its manifest (persisted). A GET may
+    persist a layout decision; it never changes what an identical second GET returns."""
+    out = request_service.assemble_request(db.write, profiles, meters, session_id, fmt=format, memo=memo,
+                                           read_factory=db.read)
+    return Response(content=out.response_bytes(), media_type=JSON_BYTES)
+
+
+@router.get("/sessions/{session_id}/manifests", response_model=ManifestList, responses=documented(404))
+def list_manifests(session_id: str, db: Db,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
                    before_id: Annotated[int | None, Query(ge=1, le=ROW_ID_MAX, description="page on: ids below this one")] = None,
-                   ) -> dict[str, Any]:
+                   ) -> Response:
     """The manifests persisted for this session's served requests, newest first."""
-    with uow() as db:
-        return request_service.list_manifests(db, session_id, limit=limit, before_id=before_id)
+    with read_only(db.read) as conn:
+        page, next_before_id = request_service.list_manifests(conn, session_id, limit=limit, before_id=before_id)
+    body = {"session_id": session_id, "manifests": [m.to_json() for m in page], "next_before_id": next_before_id}
+    return Response(content=orjson.dumps(body), media_type=JSON_BYTES)
 
 
-@router.get("/sessions/{session_id}/manifests/{manifest_id}", responses=documented(404))
-def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1, le=ROW_ID_MAX)], uow: Uow) -> dict[str, Any]:
+@router.get("/sessions/{session_id}/manifests/{manifest_id}", response_model=ManifestOut, responses=documented(404))
+def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1, le=ROW_ID_MAX)], db: Db) -> Response:
     """One persisted manifest, as it was served (``manifest.id`` of a request)."""
-    with uow() as db:
-        return request_service.get_manifest(db, session_id, manifest_id)
+    with read_only(db.read) as conn:
+        manifest = request_service.get_manifest(conn, session_id, manifest_id)
+    return Response(content=orjson.dumps(manifest.to_json()), media_type=JSON_BYTES)

@@ -1,7 +1,7 @@
 """tenancy: tenants, API keys, payload ownership links; sessions backfilled to "default"
 
-Revision ID: 0005_tenancy
-Revises: 0004_session_model
+Revision ID: 0007_tenancy
+Revises: 0006_manifest_deltas
 
 Issue 12. Every session belongs to a tenant: the ``default`` tenant is created and every
 existing session is assigned to it (``sessions.tenant_id``, server default ``default``).
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_tenancy"
-down_revision = "0004_session_model"
+revision = "0007_tenancy"
+down_revision = "0006_manifest_deltas"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,104 @@
+"""What a GET reads before it plans (DESIGN.md section 3, "LOAD once"): the session, its
+versioned layout state, and what the session keeps of its previous request per wire
+format. Frozen values, standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.domain.prefix import PrefixState
+from app.domain.types import Session
+
+
+@dataclass(frozen=True)
+class LayoutState:
+    """The session's persisted layout decision, versioned for compare-and-set.
+
+    ``cut_seq``: seq of the first kept turn group; the groups before it are elided from
+    the request (named in the trunk's elision note). It only moves forward.
+    ``version``: incremented by every change; a worker writes a new state only if the
+    stored version is still the one it planned from (compare-and-set), else it plans
+    again from the winner's state. The progress record's version joins it later
+    (compaction).
+
+    Contract: a GET may persist a layout decision; it never changes what an identical
+    second GET returns (the body is a function of the events and this state, and a
+    state planned from the events is a fixed point of planning on the same events).
+    """
+
+    version: int = 0
+    cut_seq: int = 0
+
+    def with_cut(self, cut_seq: int) -> LayoutState:
+        """This state with the cut moved to ``cut_seq`` (the next version), or this very
+        state when ``cut_seq`` does not move the cut forward."""
+        if cut_seq <= self.cut_seq:
+            return self
+        return LayoutState(version=self.version + 1, cut_seq=cut_seq)
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """A session as a GET sees it: its definition, the seq of its last event, its layout
+    state (read together, in one snapshot) and the ``model`` its request bodies name
+    (its own, set at create; None: the profile's)."""
+
+    session: Session
+    last_seq: int
+    layout: LayoutState
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class PreviousRequest:
+    """What the store keeps, per session and wire format, of the last request served in
+    that format: enough to recognise its ids (``length`` in tokens and the
+    :attr:`PrefixState.fingerprint`) and to rebuild them (the events up to ``last_seq``
+    laid out with the cut ``cut_seq``), and the id of its manifest (the base of the next
+    manifest's delta). A few hundred bytes, rewritten by every GET."""
+
+    length: int
+    fingerprint: str
+    last_seq: int
+    cut_seq: int
+    manifest_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": 3, "length": self.length, "fingerprint": self.fingerprint, "last_seq": self.last_seq,
+                "cut_seq": self.cut_seq, "manifest_id": self.manifest_id}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PreviousRequest:
+        """ValueError/KeyError on another version or a malformed record."""
+        if data.get("v") != 3:
+            raise ValueError(f"unsupported previous-request record version {data.get('v')!r}")
+        manifest_id = data.get("manifest_id")
+        return cls(length=int(data["length"]), fingerprint=str(data["fingerprint"]), last_seq=int(data["last_seq"]),
+                   cut_seq=int(data["cut_seq"]), manifest_id=None if manifest_id is None else int(manifest_id))
+
+
+@dataclass(frozen=True)
+class RememberedIds:
+    """A served request's token ids and full block digests (packed little-endian uint32,
+    32-byte digests), its :class:`PrefixState` and its layout digest
+    (:func:`app.domain.prefix_layout.layout_digest`), as one worker holds them. Trusted
+    for a session only when the state's fingerprint and length equal the stored
+    :class:`PreviousRequest`'s: another worker may have served a request since, even one
+    of the same length."""
+
+    state: PrefixState
+    packed: bytes = field(repr=False)
+    chain: tuple[bytes, ...] = field(repr=False)
+    layout: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def matches(self, stored: PreviousRequest | None) -> bool:
+        """True when these ids are the ones ``stored`` was recorded from."""
+        return stored is not None and stored.length == self.state.length and stored.fingerprint == self.state.fingerprint
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (ids, digests, about 40 per leaf message of the layout), for memo accounting."""
+        return len(self.packed) + 32 * len(self.chain) + len(self.state.digests) + 40 * len(self.layout.get("leaf", ()))

@@ -1,0 +1,117 @@
+"""JSON deltas: a manifest is stored as what changed since its session's previous manifest
+in the same format (issue 9, bounded storage).
+
+A delta of ``base`` to ``new`` (both JSON values) is:
+
+* absent (``None`` from :func:`diff`) when they are equal;
+* ``{"=": value}``: replace by ``value``;
+* ``{"{": {key: delta}, "-": [keys]}``: a dict patch (keys not named are unchanged,
+  ``-`` lists removed keys; new keys carry ``{"=": value}``);
+* ``{"[": [op, ...]]}``: a list rebuilt from copies of ``base`` slices (``[start, stop]``)
+  and literal runs (``{"+": [values]}``). A manifest's lists change at their ends (new
+  events appended, evicted ones dropped from the front), so an extending GET's delta is a
+  copy and a few literals.
+
+:func:`apply` inverts :func:`diff`: ``apply(base, diff(base, new)) == new`` for any JSON
+values (dict key order included).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+def _key(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
+    ops: list[Any] = []
+    positions: dict[bytes, list[int]] | None = None
+    i = 0
+    while i < len(new):
+        # the usual case first: a run of new values equal to a run of base values (C-level ==)
+        start = ops[-1][1] if ops and isinstance(ops[-1], list) else 0
+        at = next((j for j in range(start, min(len(base), start + 64)) if _same(base[j], new[i])), None)
+        if at is None:
+            if positions is None:
+                positions = {}
+                for j, value in enumerate(base):
+                    positions.setdefault(_key(value), []).append(j)
+            found = positions.get(_key(new[i]))
+            at = found[0] if found else None
+        if at is None:
+            if ops and isinstance(ops[-1], dict):
+                ops[-1]["+"].append(new[i])
+            else:
+                ops.append({"+": [new[i]]})
+            i += 1
+            continue
+        end = at + 1
+        i += 1
+        while i < len(new) and end < len(base) and _same(base[end], new[i]):
+            end, i = end + 1, i + 1
+        ops.append([at, end])
+    return ops
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included (``1`` is not ``true``): Python's == first (fast,
+    in C), then, only when it says equal, the serialized forms."""
+    return bool(a == b) and (type(a) is type(b) and isinstance(a, str) or _key(a) == _key(b))
+
+
+def diff(base: Any, new: Any) -> Any:
+    """The delta turning ``base`` into ``new`` (None when equal, types included: ``1`` and
+    ``true`` differ)."""
+    if isinstance(base, dict) and isinstance(new, dict):
+        changed = {}
+        for key, value in new.items():
+            if key in base:
+                d = diff(base[key], value)
+                if d is not None:
+                    changed[key] = d
+            else:
+                changed[key] = {"=": value}
+        removed = [k for k in base if k not in new]
+        reordered = list(new) != [k for k in base if k in new] + [k for k in new if k not in base]
+        if not changed and not removed and not reordered:
+            return None
+        out: dict[str, Any] = {"{": changed}
+        if removed:
+            out["-"] = removed
+        if reordered:
+            out["order"] = list(new)  # keep the served key order exactly
+        return out
+    if isinstance(base, list) and isinstance(new, list):
+        return None if _same(base, new) else {"[": _diff_list(base, new)}
+    if type(base) is type(new) and base == new:
+        return None
+    return {"=": new}
+
+
+def apply(base: Any, delta: Any) -> Any:
+    """``base`` with ``delta`` applied (``delta`` None: ``base`` itself)."""
+    if delta is None:
+        return base
+    if "=" in delta:
+        return delta["="]
+    if "{" in delta:
+        removed = set(delta.get("-", ()))
+        changed = delta["{"]
+        out = {k: apply(v, changed.get(k)) for k, v in base.items() if k not in removed}
+        for key, d in changed.items():
+            if key not in base:
+                out[key] = d["="]
+        if "order" in delta:
+            out = {k: out[k] for k in delta["order"]}
+        return out
+    values: list[Any] = []
+    for op in delta["["]:
+        if isinstance(op, dict):
+            values.extend(op["+"])
+        else:
+            values.extend(base[op[0]:op[1]])
+    return values

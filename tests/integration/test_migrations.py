@@ -1,0 +1,102 @@
+"""Alembic migrations on real SQLite and PostgreSQL: up from an older revision with data
+in it, down, and up again, keeping every row (migration 0005_layout_states: layout states; 0006_manifest_deltas:
+manifests as deltas, small prefix records; a manifest stored before reads back exactly)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.orm import Session
+
+from app.store import repository as repo
+from app.store.migrate import alembic_config, upgrade_head
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
+        return factory()
+    return f"sqlite:///{tmp_path / 'migrate.sqlite3'}"
+
+
+def _seed_at_0002(url: str) -> None:
+    """Two sessions as revision 0002 stored them (one with a moved cut), with events."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for sid, cut in (("s1", 7), ("s2", 0)):
+            conn.execute(text("INSERT INTO sessions (id, profile, contract, system, tools, metadata, last_seq, cut_seq, "
+                              "created_at) VALUES (:id, 'qwen3', '{\"goal\": \"g\"}', '', '[]', '{}', 2, :cut, "
+                              "CURRENT_TIMESTAMP)"), {"id": sid, "cut": cut})
+            for seq in (1, 2):
+                conn.execute(text("INSERT INTO events (session_id, seq, event_id, kind, body, body_sha256, created_at) "
+                                  "VALUES (:sid, :seq, :eid, 'step', '{\"text\": \"t\"}', 'x', CURRENT_TIMESTAMP)"),
+                             {"sid": sid, "seq": seq, "eid": f"e{seq}"})
+        conn.execute(text("INSERT INTO manifests (session_id, format, last_seq, request_sha256, tokens_total, manifest, "
+                          "created_at) VALUES ('s1', 'openai', 2, 'ab', 30, :m, CURRENT_TIMESTAMP)"),
+                     {"m": json.dumps(OLD_MANIFEST)})
+        conn.execute(text("INSERT INTO prefix_states (session_id, format, state, layout, updated_at) VALUES "
+                          "('s1', 'openai', '{\"v\": 2}', '{}', CURRENT_TIMESTAMP)"))
+    engine.dispose()
+
+
+# a manifest as revision 0002's code stored it (no layout version, no ranges)
+OLD_MANIFEST = {
+    "session_id": "s1", "profile": "qwen3", "format": "openai", "last_seq": 2, "request_sha256": "ab",
+    "tokens": {"total": 30, "by_zone": {"root": 10, "trunk": 10, "leaf": 10},
+               "by_role": {"system": 5, "tools": 5, "task_state": 10, "observations": 10}},
+    "budget": {"window": 32768, "output_reserve": 4096, "headroom": 512, "input_limit": 28160, "low_watermark": 20000,
+               "role_limits": {"system": 4224}},
+    "cache": {"model": "vllm_blocks", "block_size": 16, "predicted_cached_tokens": 16, "uncached_tokens": 14,
+              "previous_tokens": 20, "common_prefix_tokens": 19, "common_prefix_exact": True, "extends_previous": False,
+              "first_divergence": {"zone": "leaf", "seq": 2, "token_offset": 19, "reason": "leaf order changed"}},
+    "layout": {"root": "messages[0] + tools", "trunk": "messages[1]", "leaf": "messages[2:]", "cut_seq": 0,
+               "evicted_now": 0, "elision_index": []},
+    "items": [{"seq": 1, "event_id": "e1", "kind": "step", "zone": None, "representation": "superseded",
+               "why": "a later step (seq 2) replaced it"},
+              {"seq": 2, "event_id": "e2", "kind": "step", "zone": "leaf", "representation": "verbatim",
+               "why": "the next bounded step, last in the leaf"}],
+    "elided": [], "elided_tokens": 0, "layout_warnings": [],
+}
+
+
+def _rows(url: str, query: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(query))]
+    finally:
+        engine.dispose()
+
+
+def test_layout_states_are_backfilled_from_cut_seq_and_back(empty_url: str) -> None:
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0002")
+    _seed_at_0002(empty_url)
+
+    upgrade_head(empty_url)
+    assert _rows(empty_url, "SELECT session_id, version, cut_seq FROM layout_states ORDER BY session_id") == [
+        ("s1", 0, 7), ("s2", 0, 0)]
+    assert _rows(empty_url, "SELECT count(*) FROM prefix_states") == [(0,)], "old prefix records dropped"
+    engine = create_engine(empty_url)
+    with Session(engine) as db:
+        (manifest_id,) = _rows(empty_url, "SELECT id FROM manifests")[0]
+        stored = repo.get_manifest(db, "s1", manifest_id)
+        assert stored is not None and stored.to_json() == OLD_MANIFEST | {"id": manifest_id}, "read back exactly"
+    engine.dispose()
+    assert _rows(empty_url, "SELECT count(*) FROM events") == [(4,)], "recreating sessions kept every event"
+    engine = create_engine(empty_url)
+    assert "cut_seq" not in {c["name"] for c in inspect(engine).get_columns("sessions")}
+    engine.dispose()
+
+    command.downgrade(config, "0002")
+    assert _rows(empty_url, "SELECT id, cut_seq FROM sessions ORDER BY id") == [("s1", 7), ("s2", 0)]
+    assert _rows(empty_url, "SELECT count(*) FROM events") == [(4,)]
+
+    upgrade_head(empty_url)
+    assert _rows(empty_url, "SELECT session_id, cut_seq FROM layout_states ORDER BY session_id") == [("s1", 7), ("s2", 0)]
