@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.manifest import Transform
+
 #: The name of the manifest item's transform.
 REDACT = "redact_secrets"
 
@@ -195,8 +197,9 @@ def redact_json_text(text: str, find: Finder) -> Redaction:
     return Redaction(json.dumps(walked, ensure_ascii=False), tuple(kinds))
 
 
-def redaction_transform(kinds: Sequence[str]) -> dict[str, Any]:
-    """The manifest item's transform entry for the secrets redacted at ingest."""
-    counts = Counter(kinds)
-    return {"name": REDACT, "count": len(kinds), "kinds": dict(sorted(counts.items())),
-            "note": f"{len(kinds)} secret(s) replaced by [REDACTED:<kind>] at ingest; the handle keeps the text as posted"}
+def redaction_transform(kinds: Sequence[str]) -> Transform:
+    """The manifest item's transform for the secrets redacted from its event at ingest."""
+    counts = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in sorted(Counter(kinds).items()))
+    return Transform(REDACT, count=len(kinds),
+                     note=f"{len(kinds)} secret(s) replaced by [REDACTED:<kind>] at ingest ({counts}); the handle "
+                          "keeps the text as posted")
