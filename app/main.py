@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
@@ -96,6 +96,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     from app.api.auth import AuthMiddleware
 
     app.add_middleware(AuthMiddleware)  # API keys, tenant scope, rate limits: before any body is read
+    from app.api.openapi_links import add_links
+
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:  # the generated document with its links (stateful clients)
+        if app.openapi_schema is None:
+            add_links(generate())
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     app.add_middleware(RequestContext)  # request id, HTTP metrics, unexpected errors as a logged 500
 
