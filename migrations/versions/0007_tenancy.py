@@ -85,8 +85,8 @@ def backfill(conn: sa.Connection) -> int:
     sizes: dict[str, int] = {}
     for start in range(0, len(wanted), CHUNK):
         chunk = wanted[start:start + CHUNK]
-        sizes.update(conn.execute(sa.select(payloads.c.sha256, payloads.c.size)
-                                  .where(payloads.c.sha256.in_(chunk))).tuples())
+        for sha, size in conn.execute(sa.select(payloads.c.sha256, payloads.c.size).where(payloads.c.sha256.in_(chunk))):
+            sizes[sha] = int(size)
     rows = [{"sha256": h, "session_id": s, "tenant_id": DEFAULT_TENANT} for h, s in sorted(links) if h in sizes]
     for start in range(0, len(rows), CHUNK):
         conn.execute(sa.insert(owners), rows[start:start + CHUNK])
