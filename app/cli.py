@@ -148,6 +148,18 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from app.services.tenancy import prune_manifests
+    from app.settings import Settings
+    from app.store.db import unit_of_work
+
+    days = args.days if args.days is not None else Settings().manifest_retention_days
+    with unit_of_work(_keys_db()) as db:
+        n = prune_manifests(db, retention_days=days)
+    print(f"{n} manifest(s) deleted" + ("" if days > 0 else " (retention is 0: every manifest is kept)"))
+    return EXIT_OK
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -332,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("key", help="the key id (12 hex, the part after ctxd_) or the whole key")
     keys.add_parser("list", help="key ids, tenants, creation and revocation times (never the keys)")
     p.set_defaults(handler=_cmd_keys)
+
+    p = sub.add_parser("prune", help="delete manifests older than the retention (CTXD_MANIFEST_RETENTION_DAYS)")
+    p.add_argument("--days", type=float, default=None, help="retention in days (default: the setting)")
+    p.set_defaults(handler=_cmd_prune)
 
     p = sub.add_parser(
         "replay",

@@ -73,11 +73,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 app.state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
+        stop_pruning = threading.Event()
+        if settings.manifest_retention_days > 0:
+            from app.services.tenancy import prune_manifests
+            from app.store.db import unit_of_work
+
+            def prune() -> None:  # hourly manifest retention (issue 12)
+                while not stop_pruning.is_set():
+                    try:
+                        with unit_of_work(app.state.session_factory) as db:
+                            n = prune_manifests(db, retention_days=settings.manifest_retention_days)
+                        if n:
+                            log.info("manifest retention: %d manifest(s) deleted", n)
+                    except Exception:
+                        log.exception("manifest retention failed; retrying in an hour")
+                    stop_pruning.wait(3600)
+
+            threading.Thread(target=prune, name="ctxd-manifest-retention", daemon=True).start()
         log.info("ctxd ready: data directory %s, database %s, profiles %s", settings.data_dir,
                  engine.url.render_as_string(hide_password=True), registry.names())
         try:
             yield
         finally:
+            stop_pruning.set()
             engine.dispose()
 
     app = FastAPI(

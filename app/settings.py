@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     redact_secrets: bool = Field(default=True, description=(
         "redact credentials (cloud keys, private key blocks, API tokens, passwords in URLs, secret assignments) in "
         "message text, tool-call arguments and tool outputs at ingest; the raw payload stays whole behind its handle"))
+    manifest_retention_days: float = Field(default=0, ge=0, description=(
+        "delete persisted manifests older than this many days (hourly, and `ctxd prune`); the newest manifest of "
+        "each session and format, and what kept manifests are rebuilt from, stay; 0: keep every manifest"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
 

@@ -173,3 +173,15 @@ def check_storage_quota(db: OrmSession, tenant_id: str, quota_bytes: int) -> Non
         raise StorageQuotaExceeded(f"this batch would bring the tenant's stored payloads to {used:,} bytes, over its "
                                    f"quota of {quota_bytes:,} bytes (setting CTXD_STORAGE_QUOTA_BYTES); delete "
                                    "sessions to free space", used_bytes=used, quota_bytes=quota_bytes)
+
+
+def prune_manifests(db: OrmSession, *, retention_days: float, now: datetime | None = None) -> int:
+    """Apply the manifest retention (``CTXD_MANIFEST_RETENTION_DAYS``; 0 keeps everything):
+    returns the manifests deleted (app/store/retention.py ``prune_manifests``)."""
+    from datetime import timedelta, timezone
+
+    from app.store.retention import prune_manifests as prune
+
+    if retention_days <= 0:
+        return 0
+    return prune(db, older_than=(now or datetime.now(timezone.utc)) - timedelta(days=retention_days))
