@@ -5,10 +5,8 @@ and their stored bytes; it goes down and up again; there is exactly one alembic 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
@@ -18,16 +16,9 @@ from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
 from tests.api.test_api import SESSION, assistant, result
+from tests.integration.test_migration_0004_session_model import database_url  # noqa: F401 (fixture: both databases)
 
 PREVIOUS = "0006_manifest_deltas"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
-        return factory()
-    return f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
 
 
 def test_one_head() -> None:
