@@ -146,3 +146,23 @@ def test_storage_quota_counts_bytes_as_if_not_deduplicated(tmp_path: Path) -> No
         assert client.post(f"/v1/sessions/{other}/events", json=_turn(1, "y" * 3000), headers=b).status_code == 200
         handle = hashlib.sha256(("y" * 3000).encode()).hexdigest()
         assert client.get(f"/v1/handles/{handle}", headers=b).content == b"y" * 3000
+
+
+@pytest.mark.parametrize("storage", ["memory", "redis"])
+def test_waiting_retry_after_is_enough(storage: str, request: pytest.FixtureRequest) -> None:
+    """alisaifee/flask-limiter#62: a client that waited exactly Retry-After seconds was
+    refused again. Here, three times in a row on a 3-per-2-seconds limit, the request
+    after the wait is admitted."""
+    from app.domain.errors import RateLimited
+    from app.services.ratelimits import TenantRateLimiter
+
+    url = request.getfixturevalue("redis_url") if storage == "redis" else ""
+    limiter = TenantRateLimiter("3/2second", redis_url=url, namespace=f"ctxd-test-{time.time_ns()}")
+    for _ in range(3):
+        with pytest.raises(RateLimited) as refused:
+            for _ in range(10):
+                limiter.check("tenant")
+        wait = refused.value.extra["retry_after"]
+        assert 1 <= wait <= 2
+        time.sleep(wait)
+        limiter.check("tenant")  # admitted
