@@ -69,6 +69,28 @@ def _plain(value: str) -> bool:
 _EDGE = " \t\r\n=:\"'"
 
 
+#: Literals without which a plugin's patterns cannot match: the plugin is skipped on a text
+#: holding none of them (most tool output), which makes the scan several times faster.
+PREFILTER: dict[str, tuple[str, ...]] = {
+    "aws-access-key": ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws", "AWS", "Aws"),
+    "artifactory-credentials": ("AKC", "AP"),
+    "azure-storage-account-access-key": ("AccountKey=",),
+    "basic-auth-credentials": ("://",),
+    "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "gitlab-token": ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-"),
+    "json-web-token": ("eyJ",),
+    "mailchimp-access-key": ("-us",),
+    "npm-tokens": ("_authToken",),
+    "openai-token": ("T3BlbkFJ",),
+    "pypi-token": ("pypi-",),
+    "sendgrid-api-key": ("SG.",),
+    "slack-token": ("xox", "hooks.slack.com"),
+    "square-oauth-secret": ("sq0csp-",),
+    "stripe-access-key": ("k_live_",),
+    "twilio-api-key": ("AC", "SK"),
+}
+
+
 def find_secrets(text: str) -> list[Span]:
     """Spans of ``text`` holding a secret (merged, sorted). A plugin's pattern with one group
     that starts inside the match (``://user:(password)@``) marks the group, however short;
@@ -76,6 +98,9 @@ def find_secrets(text: str) -> list[Span]:
     include (quotes, ``=``, blanks)."""
     spans = pattern_spans(text)
     for kind, plugin in plugins():
+        literals = PREFILTER.get(kind)
+        if literals is not None and not any(literal in text for literal in literals):
+            continue
         for regex in plugin.denylist:
             for m in regex.finditer(text):
                 grouped = regex.groups == 1 and bool(m.group(1)) and m.start(1) > m.start()
