@@ -136,6 +136,8 @@ def _live_copy(case: Any, live: dict[str, Any]) -> Any | None:
     for name in ("session_id", "handle"):
         if name in path:
             path[name] = live[name]
+    if case.method == "DELETE" and "session_id" in path:  # delete a throwaway session, never the live one
+        path["session_id"] = live["client"].post("/v1/sessions", json=LIVE_SESSION).json()["id"]
     if case.path.endswith("/events") and isinstance(body, dict) and isinstance(body.get("events"), list):
         n = next(live["counter"])
         body = {**body, "events": [{**e, "event_id": f"{n}.{i}-{e['event_id']}"[:200]}
