@@ -36,7 +36,7 @@ from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
-from app.store.tenancy import own_payload, session_tenant
+from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.store.db import read_only, unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
@@ -265,11 +265,13 @@ def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = N
     if saved is None:  # planned from a layout state another worker has moved since
         return None
     stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
-    tenant_id = None
+    tenant_id = session_tenant(db, sid) or DEFAULT_TENANT if plan.derived_payloads else DEFAULT_TENANT
+    # every index payload is linked to the session (issue 12): readable by its tenant through the
+    # handle the trunk names; those stored before are linked again (a no-op but for sessions
+    # from before migration 0007_tenancy)
+    link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid, tenant_id=tenant_id)
     for handle, data in plan.derived_payloads.items():
-        if handle not in stored_before:  # the previous manifest's index payloads are stored (and linked) already
-            tenant_id = tenant_id or session_tenant(db, sid) or DEFAULT_TENANT
-            # linked to the session: readable by its tenant through the handle the trunk names (issue 12)
+        if handle not in stored_before:  # the previous manifest's index payloads are stored already
             stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)
             if stored != handle:  # content-addressed: the note must name exactly what is stored
                 raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)

@@ -102,6 +102,8 @@ def link_payloads(db: OrmSession, handles: list[str], *, session_id: str, tenant
     """Link existing payloads ``handles`` to the session (no-op for links that exist)."""
     insert = repo._upsert_insert(db)
     rows = [{"sha256": h, "session_id": session_id, "tenant_id": tenant_id} for h in sorted(set(handles))]
+    if not rows:
+        return
     for start in range(0, len(rows), CHUNK):
         chunk = rows[start:start + CHUNK]
         if insert is not None:

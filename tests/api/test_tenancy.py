@@ -307,3 +307,24 @@ def test_handle_reads_and_key_use_are_audited(app_client: TestClient, two: Any, 
     assert any("handle read" in m and f"session={sid}" in m and f"handle={handle}" in m and "tenant=" in m
                and rid == "audit-req-1" for m, rid in lines), lines
     assert not any(a["Authorization"].split("_")[2] in m for m, _ in lines), "a key's secret was logged"
+
+
+def test_derived_elision_index_is_readable_only_by_its_tenant(app_client: TestClient, two: Any) -> None:
+    """A payload ctxd derived for a request (the elision index of evicted turns) is linked
+    to the session: its tenant reads it by the handle the trunk names, another tenant gets 404."""
+    a, b = two
+    sid = app_client.post("/v1/sessions", json=SESSION, headers=a).json()["id"]
+    events = []
+    for i in range(60):
+        events += [assistant(f"a{i}", f"c{i}"), result(f"r{i}", f"c{i}", f"line {i} " * 300)]
+    assert app_client.post(f"/v1/sessions/{sid}/events", json={"events": events}, headers=a).status_code == 200
+    body = app_client.get(f"/v1/sessions/{sid}/request", headers=a).json()
+    (index,) = body["manifest"]["layout"]["elision_index"]
+    assert index[:12] in body["request"]["messages"][1]["content"]
+    assert app_client.get(f"/v1/sessions/{sid}/handles/{index[:12]}", headers=a).status_code == 200
+    assert app_client.get(f"/v1/handles/{index}", headers=a).status_code == 200
+    assert_problem(app_client.get(f"/v1/handles/{index}", headers=b), 404)
+    # a second GET (index stored before) keeps it readable; deleting the session removes it
+    assert app_client.get(f"/v1/sessions/{sid}/request", headers=a).status_code == 200
+    assert app_client.delete(f"/v1/sessions/{sid}", headers=a).status_code == 200
+    assert_problem(app_client.get(f"/v1/handles/{index}", headers=a), 404)
