@@ -10,6 +10,7 @@ file, 3 the server could not be reached.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,8 +56,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"error: invalid CTXD_ setting(s): {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    import os
-
     # the app decides whether API keys are required (CTXD_AUTH=auto) from the bind address
     os.environ["CTXD_HOST"] = args.host
     uvicorn.run(
@@ -185,6 +184,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             fmt=args.format,
             progress=not args.quiet,
             timeout=args.timeout,
+            api_key=args.api_key,
         )
     except (TrajectoryFormatError, OSError) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -370,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-call table")
     p.add_argument("--json-out", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout in seconds (default: %(default)s)")
+    p.add_argument("--api-key", default=os.environ.get("CTXD_API_KEY") or None, metavar="KEY",
+                   help="API key for a server that requires keys (default: $CTXD_API_KEY)")
     p.set_defaults(handler=_cmd_replay)
 
     p = sub.add_parser(

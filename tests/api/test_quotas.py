@@ -166,3 +166,31 @@ def test_waiting_retry_after_is_enough(storage: str, request: pytest.FixtureRequ
         assert 1 <= wait <= 2
         time.sleep(wait)
         limiter.check("tenant")  # admitted
+
+
+def test_replay_sends_the_api_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ctxd replay --api-key`` against a server that requires keys (served over real HTTP
+    with CTXD_HOST=0.0.0.0): without the key the first POST is a 401 (exit 1), with it the
+    whole trajectory replays (exit 0)."""
+    from app.cli import EXIT_FAILED, EXIT_OK, main
+    from tests.traces import TRACE_FILES
+
+    if not TRACE_FILES:
+        pytest.skip("shared traces not found")
+    smallest = min(TRACE_FILES, key=lambda p: p.stat().st_size)
+    app = create_app(Settings(data_dir=tmp_path, host="0.0.0.0"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        with unit_of_work(app.state.session_factory) as db:
+            key = tenancy.create_key(db, "replayer")[1]
+        assert main(["replay", str(smallest), "--url", url, "--quiet"]) == EXIT_FAILED
+        assert "401" in capsys.readouterr().err
+        assert main(["replay", str(smallest), "--url", url, "--quiet", "--api-key", key]) == EXIT_OK
+    finally:
+        server.should_exit = True
+        thread.join(30)
