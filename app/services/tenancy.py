@@ -18,13 +18,14 @@ import hashlib
 import hmac
 import re
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import HandleNotFound, InvalidParameter, SessionNotFound, StorageQuotaExceeded, Unauthorized
 from app.domain.tenancy import DEFAULT_TENANT, Principal
+from app.store import retention
 from app.store import tenancy as store
 
 KEY_PREFIX = "ctxd_"
@@ -178,10 +179,6 @@ def check_storage_quota(db: OrmSession, tenant_id: str, quota_bytes: int) -> Non
 def prune_manifests(db: OrmSession, *, retention_days: float, now: datetime | None = None) -> int:
     """Apply the manifest retention (``CTXD_MANIFEST_RETENTION_DAYS``; 0 keeps everything):
     returns the manifests deleted (app/store/retention.py ``prune_manifests``)."""
-    from datetime import timedelta, timezone
-
-    from app.store.retention import prune_manifests as prune
-
     if retention_days <= 0:
         return 0
-    return prune(db, older_than=(now or datetime.now(timezone.utc)) - timedelta(days=retention_days))
+    return retention.prune_manifests(db, older_than=(now or datetime.now(timezone.utc)) - timedelta(days=retention_days))
