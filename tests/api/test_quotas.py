@@ -194,3 +194,25 @@ def test_replay_sends_the_api_key(tmp_path: Path, capsys: pytest.CaptureFixture[
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_keys_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ctxd keys create --tenant NAME`` prints only the key on stdout, once; ``list`` shows
+    ids, never secrets; ``revoke`` works once; a bad tenant name is a usage error."""
+    from app.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, main
+
+    monkeypatch.setenv("CTXD_DATA_DIR", str(tmp_path))
+    assert main(["keys", "create", "--tenant", "acme"]) == EXIT_OK
+    out = capsys.readouterr()
+    key = out.out.strip()
+    assert out.out == key + "\n" and key.startswith("ctxd_") and len(key) == 5 + 12 + 1 + 64
+    assert "shown only this once" in out.err and key not in out.err
+    assert main(["keys", "list"]) == EXIT_OK
+    listed = capsys.readouterr().out
+    assert key.split("_")[1] in listed and "tenant=acme" in listed and key.split("_")[2] not in listed
+    with TestClient(create_app(Settings(data_dir=tmp_path, auth="required"))) as client:
+        assert client.get("/v1/sessions", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert main(["keys", "revoke", key.split("_")[1]]) == EXIT_OK
+        assert main(["keys", "revoke", key]) == EXIT_FAILED  # already revoked
+        assert_problem(client.get("/v1/sessions", headers={"Authorization": f"Bearer {key}"}), 401)
+    assert main(["keys", "create", "--tenant", "no spaces"]) == EXIT_BAD_INPUT
