@@ -42,6 +42,7 @@ from app.domain.manifest import (
     Transform,
     WriteRef,
 )
+from app.domain.redaction import redaction_transform
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
@@ -845,6 +846,10 @@ def assemble_window(
     if neutralised:  # the leaf's texts with control strings broken (after the provider rules)
         items = [replace(i, transforms=(*i.transforms, neutralise_transform(neutralised[i.seq])))
                  if i.seq in neutralised else i for i in items]
+    redacted = {e.seq: e.redactions for e in events if isinstance(e, (MessageEvent, ToolResultEvent)) and e.redactions}
+    if redacted:  # secrets redacted at ingest (issue 12): the event's text as it enters requests
+        items = [replace(i, transforms=(*i.transforms, redaction_transform(redacted[i.seq])))
+                 if i.seq in redacted else i for i in items]
     items.sort(key=_SEQ)
     warnings = list(measurement.warnings) + call_warnings(session, groups[k:])
     if fitted is not None:

@@ -30,11 +30,13 @@ from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_reques
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.state import PreviousRequest, SessionState
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
+from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.store.db import read_only, unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
@@ -191,6 +193,17 @@ def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: s
         stash[_count_key(tokenizer_id, handle)] = count
 
 
+def _text_handle(event: ToolResultEvent, stash: MutableMapping[Any, Any]) -> str:
+    """The handle of the text an output renders: its redacted view's (issue 12; the count
+    stored after the POST is the view's) or, unredacted, its own. Hashed once per output."""
+    if not event.redactions:
+        return event.handle
+    key = ("view_handle", event.handle)
+    if key not in stash:
+        stash[key] = hashlib.sha256(event.payload.encode("utf-8")).hexdigest()
+    return str(stash[key])
+
+
 def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Sequence[Event],
                          stash: MutableMapping[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens,
@@ -202,18 +215,19 @@ def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Seque
     if tokenizer_id is None:
         return {}
     out: dict[str, int] = {}
-    missing: list[str] = []
+    missing: dict[str, str] = {}  # handle of the text counted -> the event's handle
     for event in events:
         if isinstance(event, ToolResultEvent):
-            count = stash.get(_count_key(tokenizer_id, event.handle))
+            counted = _text_handle(event, stash)
+            count = stash.get(_count_key(tokenizer_id, counted))
             if count is not None:
                 out[event.handle] = count
-            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
-                missing.append(event.handle)
+            elif stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
+                missing[counted] = event.handle
     if missing:
         for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
+                stash[_count_key(tokenizer_id, handle)] = out[missing[handle]] = count
         for handle in missing:
             key = ("payload_tokens_lookups", tokenizer_id, handle)
             stash[key] = stash.get(key, 0) + 1
@@ -256,9 +270,14 @@ def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = N
     if saved is None:  # planned from a layout state another worker has moved since
         return None
     stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
+    tenant_id = session_tenant(db, sid) or DEFAULT_TENANT if plan.derived_payloads else DEFAULT_TENANT
+    # every index payload is linked to the session (issue 12): readable by its tenant through the
+    # handle the trunk names; those stored before are linked again (a no-op but for sessions
+    # from before migration 0008_tenancy)
+    link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid, tenant_id=tenant_id)
     for handle, data in plan.derived_payloads.items():
         if handle not in stored_before:  # the previous manifest's index payloads are stored already
-            stored = repo.put_payload(db, data)
+            stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)
             if stored != handle:  # content-addressed: the note must name exactly what is stored
                 raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))

@@ -97,9 +97,10 @@ def load_session_state(db: OrmSession, session_id: str,
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
-                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None) -> SessionRow:
+                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
+                tenant_id: str = "default") -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0)
+                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
     db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0, deferred=[], shown_upto=0))
@@ -284,6 +285,12 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
     return max(found, key=lambda r: r[0])[1] if found else None
 
 
+def text_handle(body: dict[str, Any]) -> str:
+    """The handle of the text a tool result brings into requests: its redacted ``view``
+    when ingest redacted secrets from it, else its payload's."""
+    return str(body.get("view") or body["handle"])
+
+
 def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
     body = row.body
     created = row.created_at
@@ -294,14 +301,16 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
             handle=body["handle"], reasoning=body.get("reasoning"),
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
             at=at,
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
         return ToolResultEvent(
-            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
+            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[text_handle(body)],
             handle=body["handle"], exit_code=body.get("exit_code"),
             binding=binding_from_json(binding) if binding else None, conditions=dict(body.get("conditions") or {}),
             at=at,
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
@@ -335,7 +344,7 @@ def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq
     escape anywhere, which message text and payloads may hold.)"""
     params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
     rows = db.execute(_EVENTS, params).scalars().all()
-    handles = sorted({row.body["handle"] for row in rows if row.kind == "tool_result"})
+    handles = sorted({text_handle(row.body) for row in rows if row.kind == "tool_result"})
     payloads: dict[str, str] = {}
     if handles:
         payloads = {sha: bytes(data).decode("utf-8") for sha, data in db.execute(_PAYLOADS, {"handles": handles})}
