@@ -58,7 +58,9 @@ one call is known when ``python x.py`` runs in a later one.
   then the revision the read saw is given explicitly (artifact revisions count
   the session's writes from 0, as the server does); otherwise the server binds
   to the current revision, which is the one the read saw.
-* Unparsed commands bind to nothing and write nothing.
+* Unparsed commands write nothing and get ``"binding": {"artifact": "*", "kind":
+  "unknown"}``: their effect is unknown, and the binding says so (it supports nothing
+  and no write marks it).
 
 The default (``infer_bindings=False``) keeps the events exactly as recorded.
 """
@@ -663,9 +665,21 @@ def trajectory_events(traj: Trajectory, *, infer_bindings: bool = False) -> list
     return [ev for _, ev in _indexed_events(traj, infer_bindings=infer_bindings)]
 
 
-def _indexed_events(traj: Trajectory, *, infer_bindings: bool) -> list[tuple[int, dict[str, Any]]]:
+def coarse_writes(traj: Trajectory) -> set[str]:
+    """Event ids of the inferred ``artifact_write`` events that come from a tree write
+    (``git stash``, a patch of unknown text, ``rm -r``...) expanded to an artifact the
+    command did not name: the coarse edges of invalidation (issue 11's over-invalidation
+    measure)."""
+    out: set[str] = set()
+    _indexed_events(traj, infer_bindings=True, coarse=out)
+    return out
+
+
+def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
+                    coarse: set[str] | None = None) -> list[tuple[int, dict[str, Any]]]:
     """Events paired with the index of the message they belong to (for batching
-    in :func:`replay_plan`), in posting order; message indexes never decrease."""
+    in :func:`replay_plan`), in posting order; message indexes never decrease.
+    ``coarse`` collects the event ids of writes expanded from tree writes."""
     out: list[tuple[int, dict[str, Any]]] = []
     if not infer_bindings:
         for i, m in enumerate(traj.messages):
@@ -694,7 +708,12 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool) -> list[tuple[int
                     for n, artifact in enumerate(call.written)
                 ]
                 j += len(writes)
+                if coarse is not None:
+                    named = {w.artifact for w in call.effects.writes if not w.tree}
+                    coarse.update(w["event_id"] for w in writes if w["artifact"] not in named)
                 binding, reads = _bindings(call, revisions)
+                if not call.effects.parsed:  # the effect is unknown: the binding says so (issue 11 item 2)
+                    binding = {"artifact": "*", "kind": "unknown", "range": None}
                 for artifact in call.written:
                     revisions[artifact] = revisions.get(artifact, 0) + 1
                 if tc["id"] in answered:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from app.services.memo import AssemblyMemo
+from app.services.requests import PassDue
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -59,8 +60,14 @@ async def memo(request: Request) -> AssemblyMemo:
     return request.app.state.memo  # type: ignore[no-any-return]
 
 
+async def pass_due(request: Request) -> PassDue | None:
+    """The compaction signal for invalidation's deferral (``app.state.pass_due``)."""
+    return getattr(request.app.state, "pass_due", None)
+
+
 Uow = Annotated[UnitOfWork, Depends(unit_of_work_dep)]
 Db = Annotated[Database, Depends(database)]
 Memo = Annotated[AssemblyMemo, Depends(memo)]
 Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]
+PassDueSignal = Annotated[PassDue | None, Depends(pass_due)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.domain.manifest import Representation
 
@@ -101,6 +101,16 @@ class SessionCreate(Strict):
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("metadata")
+    @classmethod
+    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """``metadata.invalidation``: how superseded observations are shown (README
+        "Invalidation"): ``auto`` (default), ``tombstone`` or ``notice``."""
+        mode = value.get("invalidation", "auto")
+        if mode not in ("auto", "tombstone", "notice"):
+            raise ValueError(f"metadata.invalidation must be auto, tombstone or notice, not {mode!r}")
+        return value
+
     @model_validator(mode="after")
     def _unique_tools(self) -> "SessionCreate":
         names = [t.function.name for t in self.tools]
@@ -167,9 +177,16 @@ class BindingIn(Strict):
 
     artifact: ArtifactName
     kind: Annotated[str, Field(min_length=1, max_length=64)]
-    revision: Annotated[int, Field(ge=0)] | None = None
+    revision: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="the server's revision read; omitted: the current one; ahead of the server's: 422")
     range: str | None = None
-    content_hash: str | None = None
+    content_hash: str | None = Field(default=None, description="hash of the content read; one that contradicts the "
+                                     "hash recorded for the current revision records an external change")
+    ttl_seconds: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="kind external: seconds after fetched_at past which the item is shown as "
+                                  "possibly stale (judged at the latest event's time)")
+    fetched_at: AwareDatetime | None = Field(default=None, description="kind external: when it was read "
+                                             "(default: the event's arrival)")
 
 
 class ToolResultIn(Strict):
@@ -281,6 +298,29 @@ class TransformOut(Described):
     note: str = ""
 
 
+class WriteOut(Described):
+    """The change that first superseded a historical observation (issue 11)."""
+
+    artifact: str
+    revision: int = Field(description="the revision the change created (the server's counter)")
+    seq: int = Field(description="seq of the change's event")
+    event_id: str
+    cause: Literal["write", "external"] = Field(description="write: an artifact_write event; external: a read whose "
+                                                "content hash matched no logged write")
+
+
+class InvalidationChoiceOut(Described):
+    """How a historical or possibly stale observation is shown (seed 000 table 9) and its cost."""
+
+    choice: Literal["tombstone", "notice", "deferred"] = Field(
+        description="tombstone: replaced in place; notice: kept, a notice appended; deferred: a tombstone waiting for "
+                    "the next trunk rewrite, a notice shown meanwhile")
+    tokens: int | None = Field(default=None, description="tokens of the tombstone")
+    replaced_tokens: int | None = Field(default=None, description="tokens of the output the tombstone replaces")
+    stale_tokens_kept: int | None = Field(default=None, description="tokens of the stale output left in the request")
+    cache: str = Field(description="the choice's effect on prefix reuse")
+
+
 class ItemOut(Described):
     """One event as the manifest accounts for it."""
 
@@ -304,6 +344,17 @@ class ItemOut(Described):
     pending_calls: list[str] | None = None
     transforms: list[TransformOut] | None = Field(default=None, description="changes applied to the text on its way "
                                                   "into the request, in the order applied")
+    state: Literal["current", "historical", "possibly_stale", "unknown", "unbound"] | None = Field(
+        default=None, description="a tool result's support (issue 11): current: bound, nothing changed since; "
+                                  "historical: true of the revision it read, no longer of the current one; "
+                                  "possibly_stale: an external read past its TTL; unknown: the command's effect is "
+                                  "unknown; unbound: no binding")
+    bindings: list[str] | None = Field(default=None, description="what the tool result read, path@rN[ lines a:b]")
+    superseded_by: list[str] | None = Field(default=None, description="the writes that made it historical, path@rN")
+    write: WriteOut | None = Field(default=None, description="the first of those writes")
+    fetched_at: float | None = Field(default=None, description="an external read's fetch time (epoch seconds)")
+    expires_at: float | None = Field(default=None, description="fetched_at + its TTL (epoch seconds)")
+    invalidation: InvalidationChoiceOut | None = Field(default=None, description="how it is shown, when not current")
 
 
 class EventRangeOut(Described):
@@ -320,6 +371,30 @@ class EventRangeOut(Described):
     why: str
 
 
+class NoticeOut(Described):
+    after_seq: int = Field(description="the notice follows the turn group starting at this seq")
+    tokens: int
+
+
+class InvalidationOut(Described):
+    """The request's invalidation summary (issue 11; seed 000 table 9)."""
+
+    mode: Literal["auto", "tombstone", "notice"] = Field(description="the session's metadata.invalidation")
+    pass_due: bool = Field(description="a trunk rewrite was due: tombstones of new changes wait for it")
+    deferred: list[int] = Field(description="seqs of the changes whose tombstones wait for the next trunk rewrite")
+    shown_upto: int = Field(description="the latest change seq whose tombstones were shown")
+    historical: int = Field(description="historical observations in the request")
+    tombstones: int
+    tombstone_tokens: int
+    replaced_tokens: int = Field(description="tokens of the outputs the tombstones replace")
+    noticed: int = Field(description="historical or possibly stale observations kept with a notice")
+    stale_tokens_kept: int = Field(description="tokens of those outputs, still in the request")
+    notices: list[NoticeOut]
+    notice_tokens: int
+    presented: list[str] = Field(description="revisions (path@rN) the request presents as current: what an action "
+                                             "planned on it assumes (POST /preconditions checks them)")
+
+
 class ManifestOut(Described):
     """What the request contains and why (persisted under ``id``)."""
 
@@ -334,6 +409,8 @@ class ManifestOut(Described):
     layout: LayoutOut
     items: list[ItemOut]
     elided: list[ItemOut] = Field(description="evicted events of the newest evicted turn groups, each with its handle")
+    invalidation: InvalidationOut | None = Field(default=None, description="superseded observations and how they "
+                                                 "are shown")
     elided_tokens: int
     elided_tokens_exact: bool | None = Field(default=None, description="false while some elided or cut output's "
                                              "token count is not known yet (elided_tokens sums the known ones)")
@@ -384,3 +461,43 @@ class PreconditionOut(BaseModel):
     revision: int
     content_hash: str | None = None
     holds: Literal[True] = True
+
+
+# --- issue 12: tenancy and lifecycle ----------------------------------------------------
+
+class SessionSummary(BaseModel):
+    id: str
+    profile: str
+    model: str | None = Field(description="the session's own model for its bodies; null: the profile's")
+    last_seq: int
+    created_at: str
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+
+
+class SessionDeleted(BaseModel):
+    id: str
+    payloads_deleted: int = Field(description="payloads no other session referenced, now gone")
+    payloads_kept: int = Field(description="payloads of this session that another session still references")
+
+
+class ProfileOut(BaseModel):
+    name: str
+    model: str
+    tokenizer: dict[str, Any]
+    window: int = Field(description="context window W, tokens")
+    output_reserve: int = Field(description="O, tokens")
+    headroom: int = Field(description="M, tokens")
+    input_limit: int = Field(description="W - O - M, tokens (eq. 1)")
+    item_cap_tokens: int
+    render_reasoning: bool
+    cache: dict[str, Any]
+    prices: dict[str, float]
+
+
+class ProfileList(BaseModel):
+    default: str
+    profiles: list[ProfileOut]

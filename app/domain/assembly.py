@@ -19,6 +19,9 @@ from typing import Any
 from app.domain.budget import Budget, check_pinned, split_share
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
+from app.domain.framing import frame, revision_attribute
+from app.domain.invalidation import build_graph
+from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -30,11 +33,22 @@ from app.domain.layout import (
     render_contract,
     tool_arguments,
 )
-from app.domain.manifest import EventRange, Item, Representation, Transform
+from app.domain.manifest import (
+    EventRange,
+    InvalidationChoice,
+    InvalidationReport,
+    Item,
+    NoticeRef,
+    Representation,
+    Transform,
+    WriteRef,
+)
+from app.domain.redaction import redaction_transform
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
+    Binding,
     Event,
     MessageEvent,
     Session,
@@ -88,6 +102,7 @@ class Assembly:
     warnings: tuple[str, ...] = field(default=())
     ranges: tuple[EventRange, ...] = field(default=())  # older events, accounted together
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
+    invalidation: InvalidationReport = field(default_factory=InvalidationReport)  # the manifest's summary
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -503,9 +518,11 @@ def unsent_reason(group: TurnGroup) -> str | None:
 
 
 def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], render_reasoning: bool,
-                   control: Sequence[str]) -> list[LeafMessage]:
+                   control: Sequence[str], bindings: Mapping[int, tuple[Binding, ...]] | None = None) -> list[LeafMessage]:
     """The group's leaf messages; every text in them (content, reasoning, tool-call names
-    and arguments, tool output with its header) has its control strings neutralised."""
+    and arguments, tool output with its header) has its control strings neutralised. Each
+    tool output is framed as untrusted data with its source and the revisions it read
+    (``bindings`` by result seq; :mod:`app.domain.framing`)."""
     message = group.message
     resolved = {r.call_id for r in group.results}
     broken = 0
@@ -530,7 +547,9 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
                                seq=message.seq, neutralised=broken))
     for result in group.results:
         broken = bounded[result.handle].neutralised  # the header (exception text) is checked here
-        content = clean(observation_text(result, bounded[result.handle].text))
+        framed, _ = frame(observation_text(result, bounded[result.handle].text), tool=names[result.call_id],
+                          call_id=result.call_id, bindings=(bindings or {}).get(result.seq, ()))
+        content = clean(framed)
         out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
                                seq=result.seq, neutralised=broken))
     return out
@@ -571,17 +590,92 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
     return conversation, derived
 
 
+def _invalidation_fields(seq: int, plan: InvalidationPlan, meter: TokenMeter | None, shown: str,
+                         summary: dict[str, int] | None) -> dict[str, Any]:
+    """The :class:`Item` fields of a tool result's state (issue 11): ``state`` (current,
+    historical, possibly_stale, unknown), for a historical one ``superseded_by`` (the
+    writes, ``path@rN``) and ``write`` (the first), ``fetched_at`` / ``expires_at`` for a
+    binding with a TTL and, when it is in the request (``meter`` given; ``shown`` its
+    text before the plan), ``invalidation``: the choice (tombstone, notice, deferred), its
+    tokens and its cache effect, with ``representation`` and ``why`` for it. ``summary``
+    accumulates the request's counts (:class:`InvalidationReport` fields)."""
+    state = plan.states.get(seq)
+    if state is None:
+        return {}
+    out: dict[str, Any] = {"state": state.state}
+    if state.superseded:
+        out["superseded_by"] = tuple(state.writes)
+        first = min(state.superseded, key=lambda x: x.change.seq).change
+        out["write"] = WriteRef(artifact=first.artifact, revision=first.revision, seq=first.seq,
+                                event_id=first.event_id, cause=first.cause)
+    if state.fetched_at is not None:
+        out["fetched_at"] = float(state.fetched_at)
+        out["expires_at"] = None if state.expires_at is None else float(state.expires_at)
+    choice = plan.choices.get(seq)
+    if choice is None or meter is None or summary is None:
+        return out
+    old_tokens = meter.count_text(shown)
+    summary["historical"] += state.state == "historical"
+    if choice.choice == "tombstone":
+        tokens = meter.count_text(choice.text or "")
+        summary["tombstones"] += 1
+        summary["tombstone_tokens"] += tokens
+        summary["replaced_tokens"] += old_tokens
+        out["representation"] = Representation.TOMBSTONE
+        out["why"] = "historical: a superseded read of an artifact the agent is editing, replaced in place"
+        out["invalidation"] = InvalidationChoice(
+            choice="tombstone", tokens=tokens, replaced_tokens=old_tokens,
+            cache="in place: the request diverges from the previous one at this message on the call that first "
+                  "shows the tombstone; later calls reuse it")
+    else:
+        summary["noticed"] += 1
+        summary["stale_tokens_kept"] += old_tokens
+        out["why"] = ("historical: inert history, kept with a notice naming the write" if choice.choice == "notice"
+                      else "historical: tombstone deferred to the next trunk rewrite (a pass is due); a notice "
+                           "names the write meanwhile") if state.state == "historical" \
+            else "possibly stale: its TTL has passed; a notice gives its fetch time"
+        out["invalidation"] = InvalidationChoice(
+            choice=choice.choice, stale_tokens_kept=old_tokens,
+            cache="appended: earlier tokens unchanged (the prefix is kept); the stale text stays in the request")
+    return out
+
+
+def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: InvalidationPlan,
+                       notices: Sequence[str], control: Sequence[str]) -> tuple[LeafMessage, ...]:
+    """The group's leaf messages with the plan applied (seed 000 table 9): a tombstoned
+    result's content replaced in place by its tombstone, and ``notices`` (those anchored
+    after this group) appended: to the group's last tool message when it ends with one,
+    else as a user message after it. ctxd's texts have their control strings neutralised
+    (artifact names come from clients)."""
+    out = []
+    for m in messages:
+        choice = plan.choices.get(m.seq) if m.role == "tool" and m.seq is not None else None
+        if choice is not None and choice.text is not None:
+            m = replace(m, content=neutralise_control_text(choice.text, control)[0])
+        out.append(m)
+    if notices:
+        text = neutralise_control_text("\n".join(notices), control)[0]
+        if out and out[-1].role == "tool":
+            out[-1] = replace(out[-1], content=out[-1].content + "\n\n" + text)
+        else:
+            out.append(LeafMessage(role="user", content=text))
+    return tuple(out)
+
+
 KEPT = "kept"  # _group_items: the group is in the request
 EVICTED = "evicted"  # _group_items: the group is named in the elision note
 
 
 def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], messages: Sequence[LeafMessage],
-                 placement: str, fitted: FittedGroup | None = None) -> list[Item]:
-    """The manifest items of ``group``'s events: ``placement`` KEPT (in the leaf) or
+                 placement: str, bindings: Mapping[int, tuple[Binding, ...]],
+                 fitted: FittedGroup | None = None) -> list[Item]:
+    """The manifest items of ``group``'s events, before invalidation (which
+    :func:`_with_invalidation` adds per request): ``placement`` KEPT (in the leaf) or
     EVICTED. ``bounded``: its results at the per-item cap (their sizes and counts);
-    ``fitted``: the newest group bounded as a whole (its results' cuts). ``messages``: the
-    group's leaf messages as the request carries them, whose neutralised control strings
-    become each item's last transform."""
+    ``bindings``: what each result read (by seq); ``fitted``: the newest group bounded as a
+    whole (its results' cuts). ``messages``: the group's leaf messages as the request
+    carries them (before invalidation), whose neutralised control strings become each
+    item's transform, followed by the redaction of secrets at ingest."""
     neutralised = {m.seq: m.neutralised for m in messages if m.neutralised}
     items: list[Item] = []
     for event in (group.message, *group.results):
@@ -592,6 +686,8 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
         if result is not None and b is not None:
             known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
                       "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
+            if bindings.get(result.seq):
+                known["bindings"] = tuple(revision_attribute(bindings[result.seq]).split(", "))
         if placement == EVICTED:
             item = Item(**known, zone="trunk", representation=Representation.ELIDED,
                         why="oldest complete turn group evicted to fit the budget (eq. 1)")
@@ -618,10 +714,22 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
                         transforms=tuple(leaf_transforms(group)) if event is group.message else (),
                         why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
                                              if group.pending else ""))
-        if event.seq in neutralised:  # the leaf's texts with control strings broken (after the provider rules)
+        if placement == KEPT and event.seq in neutralised:  # the leaf's texts with control strings broken
             item = replace(item, transforms=(*item.transforms, neutralise_transform(neutralised[event.seq])))
+        if placement == KEPT and event.redactions:  # secrets redacted at ingest (issue 12): its text in requests
+            item = replace(item, transforms=(*item.transforms, redaction_transform(event.redactions)))
         items.append(item)
     return items
+
+
+def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | None, shown: str,
+                       summary: dict[str, int] | None) -> Item:
+    """A tool result's ``item`` with its state under ``plan`` (:func:`_invalidation_fields`;
+    itself when the plan says nothing of it)."""
+    if item.seq not in plan.states:
+        return item
+    fields = _invalidation_fields(item.seq, plan, meter, shown, summary)
+    return replace(item, **fields) if fields else item
 
 
 class _GroupView:
@@ -630,8 +738,10 @@ class _GroupView:
     results (by handle) and its manifest items kept or evicted; its call warnings. Keyed by
     the identity of the group's events (held here, so the key cannot be reused by other
     objects): a session's events are the same objects from GET to GET (the service's event
-    memo), so an unchanged group costs one lookup. The messages do not depend on the counts
-    (the body never does), so a count learnt later changes the items only."""
+    memo) and what its results read (their bindings, part of the key), so an unchanged group
+    costs one lookup. The messages do not depend on the counts (the body never does), so a
+    count learnt later changes the items only. Invalidation is applied per request, on top
+    (``apply_invalidation``, ``_with_invalidation``)."""
 
     __slots__ = ("events", "messages", "_bounded", "_items", "_warnings")
 
@@ -643,11 +753,13 @@ class _GroupView:
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
 
-    def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...]) -> tuple[Item, ...]:
+    def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...],
+              bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Item, ...]:
         found = self._items.get((placement, counts))
         if found is None:
             bounded = self._bounded[counts]
-            found = self._items[(placement, counts)] = tuple(_group_items(group, bounded, self.messages, placement))
+            found = self._items[(placement, counts)] = tuple(_group_items(group, bounded, self.messages, placement,
+                                                                          bindings))
         return found
 
     def warnings(self, group: TurnGroup, declared: frozenset[str]) -> tuple[str, ...]:
@@ -657,14 +769,14 @@ class _GroupView:
 
 
 def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
-                 item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int]
-                 ) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
+                 item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
+                 bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
     """Each group's :class:`_GroupView` (from ``cache``, the session's leaf cache, or built)
     and its results' known token counts. A payload's bounded form is also kept by value
     (meter, cap, handle, payload, known count), so an output posted again in another group
     is cut once. Views not used by this call are dropped once they outnumber the groups
     (events read again as new objects would otherwise pile up)."""
-    views: dict[tuple[int, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
+    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
                                                                 render_reasoning), {})
     out: list[_GroupView] = []
     all_counts: list[tuple[int | None, ...]] = []
@@ -685,7 +797,8 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
     for group in groups:
         results = group.results
         if results:
-            key: tuple[int, ...] = (id(group.message), *map(id, results))
+            key: tuple[Any, ...] = (id(group.message), *map(id, results),
+                                    tuple(map(bindings.get, map(_SEQ, results))))
             counts: tuple[int | None, ...] = tuple(map(known.get, map(_HANDLE, results)))
         else:
             key, counts = (id(group.message),), ()
@@ -694,7 +807,7 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
         view = views.get(key)
         if view is None:
             bounded = bound(results)
-            messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings))
+            messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings, bindings))
             view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
         elif counts not in view._bounded:
             view._bounded[counts] = bound(results)
@@ -717,6 +830,7 @@ def assemble_window(
     render_reasoning: bool = False,
     leaf_cache: MutableMapping[Any, Any] | None = None,
     payload_tokens: Mapping[str, int] | None = None,
+    invalidation: InvalidationOptions | None = None,
 ) -> Assembly:
     """Select and lay out the next request under the window policy.
 
@@ -744,6 +858,13 @@ def assemble_window(
     older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
     (:func:`fit_newest_group`); the request then fits with it present or a 422 names it.
 
+    Invalidation (seed 000 section 4.7): the events' bindings and writes form the
+    dependency graph (:mod:`app.domain.invalidation`); every historical observation in the
+    leaf is shown as :func:`app.domain.supersession.plan_invalidation` chooses under
+    ``invalidation`` (tombstone in place, or an appended notice naming ``path@rN``), and
+    its manifest item says ``state: historical`` with the write that superseded it. A
+    request that evicts (so rewrites the trunk) applies the deferred tombstones.
+
     Raises:
         PinnedOverBudget: root + trunk + next step alone exceed ``input_limit``.
         NewestGroupOverBudget: the newest turn group cannot fit even with each of its
@@ -753,12 +874,36 @@ def assemble_window(
     grouping = _Grouping.of(events, cache)
     groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
     known = payload_tokens or {}
-    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known)
+    options = invalidation or InvalidationOptions()
+    graph = build_graph(events)
+    bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, deferred=options.deferred,
+                             shown_upto=options.shown_upto)
+    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
         bounded.update(view._bounded[group_counts])  # built by _group_views
     sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
-    leaf_groups = [view.messages for view in views]
+    raw_groups = [view.messages for view in views]
+
+    def anchored(current: InvalidationPlan) -> dict[int, list[str]]:
+        """Notices by the index of the group they follow: the last group starting before
+        the event that triggered them (the newest group when they first show)."""
+        out: dict[int, list[str]] = {}
+        for notice in current.notices:
+            index = bisect_left(grouping.firsts, notice.anchor_seq) - 1  # the last group starting before it
+            if index >= 0:
+                out.setdefault(index, []).append(notice.text)
+        return out
+
+    def with_plan(current: InvalidationPlan) -> list[tuple[LeafMessage, ...]]:
+        notes = anchored(current)
+        if not current.choices and not notes:
+            return raw_groups
+        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings)
+                if current.choices or i in notes else m for i, (g, m) in enumerate(zip(groups, raw_groups))]
+
+    leaf_groups = with_plan(plan)
 
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
     # honoured); later groups send nothing (dropped, or pending calls without text).
@@ -803,7 +948,9 @@ def assemble_window(
             group = groups[newest]
 
             def measure_with(group_bounded: Mapping[str, BoundedResult]) -> tuple[Conversation, Measurement]:
-                return build(newest, tuple(_leaf_messages(group, group_bounded, render_reasoning, meter.control_strings)))
+                messages = _leaf_messages(group, group_bounded, render_reasoning, meter.control_strings, bindings)
+                return build(newest, apply_invalidation(group, messages, plan, anchored(plan).get(newest, ()),
+                                                        meter.control_strings))
 
             try:
                 fitted = fit_newest_group(group, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
@@ -816,6 +963,15 @@ def assemble_window(
             conversation, measurement = fitted.conversation, fitted.measurement
         elif measurement.total > budget.input_limit:
             check_pinned(budget, dict(measurement.by_role), measurement.total)
+    if k > first_kept and plan.deferred and fitted is None:
+        # this request rewrites the trunk anyway: the deferred tombstones replace their outputs now
+        plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, trunk_rewrite=True,
+                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto)
+        leaf_groups = with_plan(plan)
+        conversation, measurement = build(k)
+        while measurement.total > budget.input_limit and k < newest:
+            k += 1
+            conversation, measurement = build(k)
     cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
@@ -849,19 +1005,38 @@ def assemble_window(
                 "index payload; superseded steps and artifact writes before them"))
     if found_range is None:  # older events are fixed once named by the index: kept with what names them
         cache["event ranges"] = [(range_key, tuple(ranges)), *kept_ranges[:NOTES_KEPT - 1]]
+    notes = anchored(plan)
+    summary = {"historical": 0, "tombstones": 0, "tombstone_tokens": 0, "replaced_tokens": 0, "noticed": 0,
+               "stale_tokens_kept": 0}
+    presented: set[str] = set()
     items: list[Item] = []
     elided: list[Item] = []
+    states = plan.states
     for index in range(older, len(groups)):
         group, view = groups[index], views[index]
         if index < k:
-            elided.extend(view.items(group, EVICTED, known_counts[index]))
-        elif fitted is not None and index == newest:
+            evicted = view.items(group, EVICTED, known_counts[index], bindings)
+            elided.extend(_with_invalidation(i, plan, None, "", None) if i.kind == "tool_result" and i.seq in states
+                          else i for i in evicted)
+            continue
+        if fitted is not None and index == newest:
             seqs = set(group.seqs)
-            items.extend(_group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs], KEPT,
-                                      fitted=fitted))
+            group_items: Sequence[Item] = _group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs],
+                                                       KEPT, bindings, fitted=fitted)
         else:
             found_items = view._items.get((KEPT, known_counts[index]))  # inline: once per group and GET
-            items.extend(found_items if found_items is not None else view.items(group, KEPT, known_counts[index]))
+            group_items = found_items if found_items is not None else \
+                view.items(group, KEPT, known_counts[index], bindings)
+        if not states:
+            items.extend(group_items)
+            continue
+        for item in group_items:
+            if item.kind == "tool_result" and item.zone == "leaf" and item.seq in states:
+                shown = next((m.content for m in raw_groups[index] if m.role == "tool" and m.seq == item.seq), "")
+                item = _with_invalidation(item, plan, meter, shown, summary)
+                if item.state == "current":
+                    presented.update(x for x in item.bindings if "@r" in x)
+            items.append(item)
     for write in writes:
         if write.seq >= boundary:
             items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
@@ -887,7 +1062,17 @@ def assemble_window(
     if fitted is not None:
         warnings.append(f"seq {groups[newest].first_seq}: the newest turn group does not fit input_limit with its "
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")
+    tombstoned = [c.key for c in plan.choices.values() if c.choice == "tombstone"]
+    report = InvalidationReport(
+        mode=options.mode, pass_due=options.pass_due, deferred=tuple(sorted(plan.deferred)),
+        shown_upto=max([options.shown_upto, *tombstoned]),
+        notices=tuple(NoticeRef(after_seq=groups[i].first_seq, tokens=meter.count_text(text))
+                      for i, texts in sorted(notes.items()) if i >= k for text in texts),
+        # the revisions the request presents as current (what an action planned on it assumes;
+        # a tool runner checks them with POST /preconditions, seed 000 section 4.7.2)
+        presented=tuple(sorted(presented)), **summary)
     return Assembly(
+        invalidation=report,
         conversation=conversation,
         measurement=measurement,
         budget=budget,

@@ -23,8 +23,10 @@ class Representation(str, Enum):
     tail. elided: left out, named in the trunk's elision note with its handle. superseded:
     a step replaced by a later one. pending: an assistant turn whose calls all await their
     results. dropped: left out with a reason (nothing on the wire would carry it).
-    not_rendered: bookkeeping with no text of its own (artifact writes). Compaction adds
-    ``folded``, invalidation ``tombstone``.
+    not_rendered: bookkeeping with no text of its own (artifact writes). tombstone: a
+    historical observation replaced in place by a short marker naming the revision it
+    read, the write that superseded it and its handle (issue 11; seed 000 table 9).
+    Compaction adds ``folded``.
     """
 
     VERBATIM = "verbatim"
@@ -34,6 +36,7 @@ class Representation(str, Enum):
     PENDING = "pending"
     DROPPED = "dropped"
     NOT_RENDERED = "not_rendered"
+    TOMBSTONE = "tombstone"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,123 @@ class Transform:
 
 
 @dataclass(frozen=True)
+class WriteRef:
+    """The change that first superseded a historical observation (issue 11): the written
+    ``artifact`` and the ``revision`` it created, the change's event ``seq`` and
+    ``event_id``, and its ``cause``: ``write`` (an artifact_write event) or ``external``
+    (a read whose content hash matched no logged write)."""
+
+    artifact: str
+    revision: int
+    seq: int
+    event_id: str
+    cause: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"artifact": self.artifact, "revision": self.revision, "seq": self.seq, "event_id": self.event_id,
+                "cause": self.cause}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WriteRef:
+        return cls(artifact=str(data["artifact"]), revision=int(data["revision"]), seq=int(data["seq"]),
+                   event_id=str(data["event_id"]), cause=str(data["cause"]))
+
+
+@dataclass(frozen=True)
+class InvalidationChoice:
+    """How a historical (or possibly stale) observation in the request is shown (seed 000
+    table 9) and what it costs: ``choice`` ``tombstone`` (replaced in place: ``tokens`` of
+    the tombstone, ``replaced_tokens`` of the output it replaces), ``notice`` or
+    ``deferred`` (kept, a notice appended: ``stale_tokens_kept`` of the output left in
+    the request); ``cache`` its effect on prefix reuse, in words."""
+
+    choice: str
+    cache: str
+    tokens: int | None = None
+    replaced_tokens: int | None = None
+    stale_tokens_kept: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"choice": self.choice}
+        for key in ("tokens", "replaced_tokens", "stale_tokens_kept"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["cache"] = self.cache
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> InvalidationChoice:
+        def opt(key: str) -> int | None:
+            return None if data.get(key) is None else int(data[key])
+
+        return cls(choice=str(data["choice"]), cache=str(data["cache"]), tokens=opt("tokens"),
+                   replaced_tokens=opt("replaced_tokens"), stale_tokens_kept=opt("stale_tokens_kept"))
+
+
+@dataclass(frozen=True)
+class NoticeRef:
+    """An appended invalidation notice in the request: after the turn group starting at
+    ``after_seq``, ``tokens`` long (profile tokenizer, text only)."""
+
+    after_seq: int
+    tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"after_seq": self.after_seq, "tokens": self.tokens}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NoticeRef:
+        return cls(after_seq=int(data["after_seq"]), tokens=int(data["tokens"]))
+
+
+@dataclass(frozen=True)
+class InvalidationReport:
+    """The request's invalidation summary (issue 11): the representation ``mode`` (auto,
+    tombstone, notice), ``pass_due`` (a trunk rewrite was due: tombstones of new changes
+    wait for it), ``deferred`` (change seqs whose tombstones wait), ``shown_upto`` (the
+    latest change seq shown as a tombstone so far), counts and tokens of the historical
+    observations in the request by choice, the appended ``notices``, and ``presented``:
+    the revisions (``path@rN``) the request presents as current, which an action planned
+    on it assumes (checked with POST /preconditions)."""
+
+    mode: str = "auto"
+    pass_due: bool = False
+    deferred: tuple[int, ...] = ()
+    shown_upto: int = 0
+    historical: int = 0
+    tombstones: int = 0
+    tombstone_tokens: int = 0
+    replaced_tokens: int = 0
+    noticed: int = 0
+    stale_tokens_kept: int = 0
+    notices: tuple[NoticeRef, ...] = ()
+    presented: tuple[str, ...] = ()
+
+    @property
+    def notice_tokens(self) -> int:
+        return sum(n.tokens for n in self.notices)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "pass_due": self.pass_due, "deferred": list(self.deferred),
+                "shown_upto": self.shown_upto, "historical": self.historical, "tombstones": self.tombstones,
+                "tombstone_tokens": self.tombstone_tokens, "replaced_tokens": self.replaced_tokens,
+                "noticed": self.noticed, "stale_tokens_kept": self.stale_tokens_kept,
+                "notices": [n.to_json() for n in self.notices], "notice_tokens": self.notice_tokens,
+                "presented": list(self.presented)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> InvalidationReport:
+        """Inverse of :meth:`to_json` (``notice_tokens`` is derived)."""
+        return cls(mode=str(data["mode"]), pass_due=bool(data["pass_due"]),
+                   deferred=tuple(int(s) for s in data.get("deferred", ())), shown_upto=int(data.get("shown_upto", 0)),
+                   historical=int(data["historical"]), tombstones=int(data["tombstones"]),
+                   tombstone_tokens=int(data["tombstone_tokens"]), replaced_tokens=int(data["replaced_tokens"]),
+                   noticed=int(data["noticed"]), stale_tokens_kept=int(data["stale_tokens_kept"]),
+                   notices=tuple(NoticeRef.from_json(n) for n in data.get("notices", ())),
+                   presented=tuple(str(p) for p in data.get("presented", ())))
+
+
+@dataclass(frozen=True)
 class Item:
     """One event as the manifest accounts for it.
 
@@ -72,6 +192,13 @@ class Item:
     ``pending_calls``: call ids of the turn still awaiting results. ``transforms``: changes
     applied to its text on the way into the request (provider rules, then control-token
     neutralisation), in the order applied.
+
+    Invalidation (issue 11), for a tool result whose observation is in the dependency
+    graph: ``state`` (current, historical, possibly_stale, unknown), ``bindings`` (what it
+    read, ``path@rN[ lines a:b]``), for a historical one ``superseded_by`` (the writes,
+    ``path@rN``) and ``write`` (the first of them), for an external binding with a TTL
+    ``fetched_at`` / ``expires_at`` (epoch seconds), and, when it is in the request and
+    not current, ``invalidation``: the choice made and its token and cache effect.
     """
 
     seq: int
@@ -91,12 +218,21 @@ class Item:
     tokens_known: bool | None = None
     elided_bytes: int | None = None
     elided_lines: tuple[int, int] | None = None
+    state: str | None = None
+    bindings: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    write: WriteRef | None = None
+    fetched_at: float | None = None
+    expires_at: float | None = None
+    invalidation: InvalidationChoice | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The manifest entry: ``seq, event_id, kind`` and ``handle``, ``call_id``,
         ``bytes``, ``lines``, ``tokens_known``, ``tokens`` when set, then ``zone,
         representation, why``, and ``elided_bytes``, ``elided_lines``, ``elided_tokens``,
-        ``pending_calls``, ``transforms`` when set and not empty.
+        ``pending_calls``, ``transforms``, then ``state``, ``bindings``,
+        ``superseded_by``, ``write``, ``fetched_at``, ``expires_at``, ``invalidation``
+        when set and not empty.
 
         Built once per item and returned as the same dict afterwards (read-only): a
         session's items are reused from GET to GET, so consecutive manifests share their
@@ -134,6 +270,20 @@ class Item:
             out["pending_calls"] = list(self.pending_calls)
         if self.transforms:
             out["transforms"] = [t.to_json() for t in self.transforms]
+        if self.state is not None:
+            out["state"] = self.state
+        if self.bindings:
+            out["bindings"] = list(self.bindings)
+        if self.superseded_by:
+            out["superseded_by"] = list(self.superseded_by)
+        if self.write is not None:
+            out["write"] = self.write.to_json()
+        if self.fetched_at is not None:
+            out["fetched_at"] = self.fetched_at
+        if self.expires_at is not None:
+            out["expires_at"] = self.expires_at
+        if self.invalidation is not None:
+            out["invalidation"] = self.invalidation.to_json()
         return out
 
     @classmethod
@@ -156,12 +306,19 @@ class Item:
             tokens_known=None if data.get("tokens_known") is None else bool(data["tokens_known"]),
             elided_bytes=None if data.get("elided_bytes") is None else int(data["elided_bytes"]),
             elided_lines=None if lines is None else (int(lines[0]), int(lines[1])),
+            state=data.get("state"), bindings=tuple(data.get("bindings", ())),
+            superseded_by=tuple(data.get("superseded_by", ())),
+            write=None if data.get("write") is None else WriteRef.from_json(data["write"]),
+            fetched_at=None if data.get("fetched_at") is None else float(data["fetched_at"]),
+            expires_at=None if data.get("expires_at") is None else float(data["expires_at"]),
+            invalidation=None if data.get("invalidation") is None else InvalidationChoice.from_json(data["invalidation"]),
         )
 
 
 _ITEM_KEYS = {"seq", "event_id", "kind", "representation", "why", "zone", "handle", "call_id", "tokens",
               "elided_tokens", "pending_calls", "transforms", "bytes", "lines", "tokens_known", "elided_bytes",
-              "elided_lines"}
+              "elided_lines", "state", "bindings", "superseded_by", "write", "fetched_at", "expires_at",
+              "invalidation"}
 
 
 @dataclass(frozen=True)
@@ -343,6 +500,7 @@ class Manifest:
     ranges: tuple[EventRange, ...] = ()
     id: int | None = None
     elided_tokens_exact: bool | None = None
+    invalidation: InvalidationReport | None = None  # None in manifests served before issue 11
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as served (``id`` last, when stored)."""
@@ -351,8 +509,10 @@ class Manifest:
             "request_sha256": self.request_sha256, "tokens": self.tokens.to_json(), "budget": dict(self.budget),
             "cache": self.cache.to_json(), "layout": self.layout.to_json(),
             "items": _items_json(self.items), "elided": _items_json(self.elided),
-            "elided_tokens": self.elided_tokens,
         }
+        if self.invalidation is not None:
+            out["invalidation"] = self.invalidation.to_json()
+        out["elided_tokens"] = self.elided_tokens
         if self.elided_tokens_exact is not None:
             out["elided_tokens_exact"] = self.elided_tokens_exact
         out["layout_warnings"] = list(self.layout_warnings)
@@ -378,6 +538,7 @@ class Manifest:
             elided_tokens_exact=None if data.get("elided_tokens_exact") is None else bool(data["elided_tokens_exact"]),
             ranges=tuple(EventRange.from_json(r) for r in data.get("ranges", ())),
             id=None if data.get("id") is None else int(data["id"]),
+            invalidation=None if data.get("invalidation") is None else InvalidationReport.from_json(data["invalidation"]),
         )
 
 

@@ -30,14 +30,15 @@ from app.domain.ports import TokenMeter, WireFormat
 from app.domain.prefix import CacheModel, ReuseReport, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.domain.state import LayoutState, PreviousRequest, RememberedIds, SessionState
-from app.domain.types import Event
+from app.domain.supersession import InvalidationOptions
+from app.domain.types import Event, Session
 
 
 _CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
 _TOKENS = attrgetter("tokens")
 _ELIDED_TOKENS = attrgetter("elided_tokens")
 
-PLANNER_VERSION = 2  # stored with every manifest; bump when the same inputs would plan differently
+PLANNER_VERSION = 3  # stored with every manifest; bump when the same inputs would plan differently
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ def plan_request(
     remembered: RememberedIds | None = None,
     memo: MutableMapping[Any, Any] | None = None,
     payload_tokens: Mapping[str, int] | None = None,
+    pass_due: bool = False,
 ) -> RequestPlan:
     """Plan the next request of ``state.session`` in ``wire``'s format.
 
@@ -106,6 +108,10 @@ def plan_request(
     ``memo``: the session's leaf cache (see :func:`assemble_window`), kept across calls.
     ``payload_tokens``: exact token counts of tool outputs known so far (handle -> tokens,
     stored after their POST): manifest figures only, the body never depends on them.
+    ``pass_due``: a trunk rewrite (a compaction pass) is due within a few calls (issue 10's
+    watermarks): the in-place tombstones of new changes wait for it, an appended notice
+    naming ``path@rN`` showing meanwhile (issue 11; seed 000 table 9). What waits is part
+    of the layout state (``deferred``, ``shown_upto``), as is the cut.
 
     The plan is a function of its inputs: two calls with equal inputs give equal bodies
     and manifests; a plan from the layout state another plan produced on the same events
@@ -123,17 +129,22 @@ def plan_request(
     assembly = assemble_window(state.session, events, budget=policy.budget, meter=meter,
                                item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=state.layout.cut_seq,
                                render_reasoning=policy.render_reasoning, leaf_cache=memo,
-                               payload_tokens=payload_tokens)
+                               payload_tokens=payload_tokens,
+                               invalidation=invalidation_options(state.session, state.layout.deferred,
+                                                                 state.layout.shown_upto, pass_due=pass_due))
     body, body_bytes = wire.serialize(assembly.conversation, assembly.measurement)
     m = assembly.measurement
-    new_layout = state.layout.with_cut(assembly.cut_seq)
+    decided = assembly.invalidation
+    new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
+                                       shown_upto=decided.shown_upto)
     digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
                           prev_ids=trusted.packed if prev_state else None, prev_chain=trusted.chain if prev_state else None)
     divergence = None
     if reuse.first_divergence_offset is not None and trusted is not None:
-        divergence = Divergence(**explain_divergence(trusted.layout, digest, reuse.first_divergence_offset))
+        divergence = _with_invalidation(Divergence(**explain_divergence(trusted.layout, digest,
+                                                                        reuse.first_divergence_offset)), assembly)
     cache = CacheReport(
         model=cache_model.kind, block_size=cache_model.block_size,
         predicted_cached_tokens=reuse.predicted_cached_tokens, uncached_tokens=m.total - reuse.predicted_cached_tokens,
@@ -162,15 +173,51 @@ def plan_request(
                                 if i.representation in _CUT_OR_ELIDED)
         and all(r.tokens_known for r in assembly.ranges),
         layout_warnings=(*assembly.warnings, *wire.layout_warnings(assembly.conversation)),
+        invalidation=assembly.invalidation,
     )
     return RequestPlan(
         body=body, body_bytes=body_bytes, manifest=manifest, loaded_layout=state.layout, layout=new_layout,
         previous=PreviousRequest(length=m.total, fingerprint=reuse.state.fingerprint, last_seq=state.last_seq,
-                                 cut_seq=assembly.cut_seq),
+                                 cut_seq=assembly.cut_seq, deferred=new_layout.deferred,
+                                 shown_upto=new_layout.shown_upto),
         remembered=RememberedIds(state=reuse.state, packed=reuse.packed, chain=reuse.chain, layout=digest),
         reuse=reuse, assembly=assembly,
     )
 
+
+
+def invalidation_options(session: Session, deferred: Sequence[int] = (), shown_upto: int = 0, *,
+                         pass_due: bool = False) -> InvalidationOptions:
+    """What invalidation depends on besides the events: the session's representation rule
+    (``metadata.invalidation``: auto, tombstone or notice; validated at create), the
+    deferral of the layout state (``deferred``, ``shown_upto``) and ``pass_due``."""
+    return InvalidationOptions(mode=str(session.metadata.get("invalidation", "auto")), pass_due=pass_due,
+                               deferred=frozenset(deferred), shown_upto=shown_upto)
+
+
+def _with_invalidation(divergence: Divergence, assembly: Assembly) -> Divergence:
+    """``divergence`` with the reason invalidation gives when the leaf message it names
+    is a tool result now shown as a tombstone (seed 000 table 9: the in-place replacement
+    changes earlier tokens once) or now followed by an appended notice."""
+    if divergence.zone != "leaf" or divergence.seq is None:
+        return divergence
+    item = next((i for i in assembly.items if i.seq == divergence.seq), None)
+    if item is None or item.kind != "tool_result":
+        return divergence
+    if item.representation is Representation.TOMBSTONE:
+        reason = ("invalidation: a historical observation replaced in place by a tombstone naming the write that "
+                  "superseded it (seed 000 table 9)")
+    elif _notice_follows(assembly, divergence.seq):
+        reason = "invalidation: a notice naming a write appended after this tool result's turn (seed 000 table 9)"
+    else:
+        return divergence
+    return Divergence(zone=divergence.zone, seq=divergence.seq, token_offset=divergence.token_offset, reason=reason)
+
+
+def _notice_follows(assembly: Assembly, seq: int) -> bool:
+    """Whether the leaf message of ``seq`` carries an appended invalidation notice."""
+    message = next((m for m in assembly.conversation.leaf if m.seq == seq and m.role == "tool"), None)
+    return message is not None and "[ctxd notice:" in message.content.rsplit("<<<end-ctxd-data>>>", 1)[-1]
 
 
 def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat) -> tuple[dict[str, Any], tuple[int, ...]]:
@@ -200,10 +247,14 @@ def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: Pr
         return None
     earlier = [e for e in events if e.seq <= previous.last_seq]
     try:
+        # the layout state it left (cut, deferral) is a fixed point: planned with it, its
+        # events give it again (pass_due then changes nothing: every change is decided)
         assembly = assemble_window(state.session, earlier, budget=policy.budget, meter=meter,
                                    item_cap_tokens=policy.item_cap_tokens, previous_cut_seq=previous.cut_seq,
                                    render_reasoning=policy.render_reasoning, leaf_cache=memo,
-                                   payload_tokens=payload_tokens)
+                                   payload_tokens=payload_tokens,
+                                   invalidation=invalidation_options(state.session, previous.deferred,
+                                                                     previous.shown_upto))
     except DomainError:
         return None
     if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:

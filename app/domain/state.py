@@ -24,6 +24,13 @@ class LayoutState:
     again from the winner's state. The progress record's version joins it later
     (compaction).
 
+    Invalidation's deferral (issue 11; seed 000 table 9): ``deferred``, the seqs of the
+    changes (writes) whose in-place tombstones wait for the next trunk rewrite because a
+    compaction pass was due (their notices are shown meanwhile), and ``shown_upto``, the
+    latest change seq whose tombstones were shown: a change at or before it is never
+    deferred, so a tombstone once shown is never turned back into a notice. Kept here so
+    that every worker, and a restarted one, decides alike.
+
     Contract: a GET may persist a layout decision; it never changes what an identical
     second GET returns (the body is a function of the events and this state, and a
     state planned from the events is a fixed point of planning on the same events).
@@ -31,13 +38,26 @@ class LayoutState:
 
     version: int = 0
     cut_seq: int = 0
+    deferred: tuple[int, ...] = ()
+    shown_upto: int = 0
 
     def with_cut(self, cut_seq: int) -> LayoutState:
         """This state with the cut moved to ``cut_seq`` (the next version), or this very
         state when ``cut_seq`` does not move the cut forward."""
-        if cut_seq <= self.cut_seq:
+        return self.advanced(cut_seq=cut_seq)
+
+    def advanced(self, *, cut_seq: int | None = None, deferred: tuple[int, ...] | None = None,
+                 shown_upto: int | None = None) -> LayoutState:
+        """This state with a request's decisions applied, as the next version: the cut
+        moved forward to ``cut_seq``, the deferred changes replaced by ``deferred``
+        (sorted), ``shown_upto`` moved forward. This very state when nothing changes
+        (None: keep that part)."""
+        cut = max(self.cut_seq, cut_seq if cut_seq is not None else self.cut_seq)
+        waiting = tuple(sorted(set(deferred))) if deferred is not None else self.deferred
+        shown = max(self.shown_upto, shown_upto if shown_upto is not None else self.shown_upto)
+        if (cut, waiting, shown) == (self.cut_seq, self.deferred, self.shown_upto):
             return self
-        return LayoutState(version=self.version + 1, cut_seq=cut_seq)
+        return LayoutState(version=self.version + 1, cut_seq=cut, deferred=waiting, shown_upto=shown)
 
 
 @dataclass(frozen=True)
@@ -58,17 +78,24 @@ class PreviousRequest:
     that format: enough to recognise its ids (``length`` in tokens and the
     :attr:`PrefixState.fingerprint`) and to rebuild them (the events up to ``last_seq``
     laid out with the cut ``cut_seq``), and the id of its manifest (the base of the next
-    manifest's delta). A few hundred bytes, rewritten by every GET."""
+    manifest's delta). A few hundred bytes, rewritten by every GET. ``deferred`` and
+    ``shown_upto``: the invalidation deferral it left (:class:`LayoutState`), with the cut
+    what rebuilds it."""
 
     length: int
     fingerprint: str
     last_seq: int
     cut_seq: int
     manifest_id: int | None = None
+    deferred: tuple[int, ...] = ()
+    shown_upto: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": 3, "length": self.length, "fingerprint": self.fingerprint, "last_seq": self.last_seq,
-                "cut_seq": self.cut_seq, "manifest_id": self.manifest_id}
+        out: dict[str, Any] = {"v": 3, "length": self.length, "fingerprint": self.fingerprint,
+                               "last_seq": self.last_seq, "cut_seq": self.cut_seq, "manifest_id": self.manifest_id}
+        if self.deferred or self.shown_upto:  # absent in records stored before issue 11
+            out["deferred"], out["shown_upto"] = list(self.deferred), self.shown_upto
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PreviousRequest:
@@ -77,7 +104,9 @@ class PreviousRequest:
             raise ValueError(f"unsupported previous-request record version {data.get('v')!r}")
         manifest_id = data.get("manifest_id")
         return cls(length=int(data["length"]), fingerprint=str(data["fingerprint"]), last_seq=int(data["last_seq"]),
-                   cut_seq=int(data["cut_seq"]), manifest_id=None if manifest_id is None else int(manifest_id))
+                   cut_seq=int(data["cut_seq"]), manifest_id=None if manifest_id is None else int(manifest_id),
+                   deferred=tuple(int(s) for s in data.get("deferred", ())),
+                   shown_upto=int(data.get("shown_upto", 0)))
 
 
 @dataclass(frozen=True)

@@ -197,7 +197,9 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
     while first_tail > in_head and spans[first_tail - 1][0] >= tail_start:
         first_tail -= 1
     head, tail = data[:head_end], data[tail_start:]
-    elided = first_tail - in_head
+    # at least one: a character lies between the cuts even when every token touching it
+    # straddles a cut (a byte-level token ending inside a combining mark, e.g. "e\u0301")
+    elided = max(1, first_tail - in_head)
     if isinstance(head, bytes) and isinstance(tail, bytes):
         return head.decode("utf-8"), tail.decode("utf-8"), elided
     return str(head), str(tail), elided

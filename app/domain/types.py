@@ -51,13 +51,21 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Binding:
-    """Eq. 5: what an observation read: ``(artifact, kind, revision, range, content_hash)``."""
+    """Eq. 5: what an observation read: ``(artifact, kind, revision, range, content_hash)``.
+
+    ``kind``: ``file`` (a source excerpt), ``external`` (a resource outside the workspace,
+    may carry ``ttl_seconds``), ``unknown`` (the command's effect could not be inferred),
+    or another client-chosen word. ``fetched_at``: epoch seconds of the read (the server
+    stamps the event's time on an ``external`` binding that has none); ``ttl_seconds``:
+    seconds after which an ``external`` binding is possibly stale (seed 000 section 4.7.2)."""
 
     artifact: str
     kind: str
     revision: int
     range: str | None = None
     content_hash: str | None = None
+    ttl_seconds: float | None = None
+    fetched_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,9 @@ class MessageEvent:
     handle: str  # handle of the message's canonical JSON, for elision breadcrumbs
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    redactions: tuple[str, ...] = ()  # kinds of the secrets redacted at ingest (the handle keeps them)
     kind: Literal["message"] = "message"
+    at: float | None = None  # the server's time of the event (epoch seconds) when loaded from storage
 
 
 @dataclass(frozen=True)
@@ -77,12 +87,14 @@ class ToolResultEvent:
     seq: int
     event_id: str
     call_id: str
-    payload: str
-    handle: str  # sha256 hex of the payload's UTF-8 bytes
+    payload: str  # the text that enters requests: redacted at ingest when it held secrets
+    handle: str  # sha256 hex of the payload's UTF-8 bytes as posted
     exit_code: int | None = None
     binding: Binding | None = None
     conditions: dict[str, Any] = field(default_factory=dict)
+    redactions: tuple[str, ...] = ()  # kinds of the secrets redacted at ingest from ``payload`` (the handle keeps them)
     kind: Literal["tool_result"] = "tool_result"
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,7 @@ class ArtifactWriteEvent:
     revision: int
     content_hash: str | None = None
     kind: Literal["artifact_write"] = "artifact_write"
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,7 @@ class StepEvent:
     event_id: str
     text: str
     kind: Literal["step"] = "step"
+    at: float | None = None
 
 
 Event = MessageEvent | ToolResultEvent | ArtifactWriteEvent | StepEvent

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from app.domain.manifest import Item
+
 __all__ = [
     "DEFAULT_PRICES",
     "Observation",
@@ -46,6 +48,7 @@ __all__ = [
     "request_text",
     "retention_fraction",
     "reuse_ratio",
+    "stale_items",
     "stale_pairs",
     "tool_contents",
 ]
@@ -212,6 +215,26 @@ def stale_pairs(observations: Iterable[Observation], revisions: Mapping[str, int
             continue
         stale += 1
     return superseded, stale
+
+
+def stale_items(observations: Iterable[Observation], revisions: Mapping[str, int],
+                items: Mapping[str, Item]) -> int:
+    """Eq. 7 per item (issue 11): superseded observations (as in :func:`stale_pairs`) whose
+    manifest item (``items``: call_id -> the item of its tool result, for the items the
+    request carries) does not say ``state: historical`` naming a write of an artifact it
+    read (``superseded_by`` holding ``path@rN`` with N past the read revision). Checks
+    the manifest, not the text: an item whose text happens to mention the write counts."""
+    stale = 0
+    for obs in observations:
+        newer = [(a, r, revisions.get(a, 0)) for a, r in obs.reads if revisions.get(a, 0) > r]
+        item = items.get(obs.call_id)
+        if not newer or not obs.payload.strip() or item is None or item.zone is None:
+            continue
+        named = " ".join(item.superseded_by)
+        if item.state == "historical" and any(names_write(named, a, range(r + 1, cur + 1)) for a, r, cur in newer):
+            continue
+        stale += 1
+    return stale
 
 
 # --------------------------------------------------------------------------- grounding

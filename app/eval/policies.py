@@ -16,8 +16,12 @@ predicts prefix reuse with the same cache model, so the numbers compare directly
   :func:`app.services.requests.assemble_request`) with the events exactly as recorded.
 * ``select``: ctxd's default pipeline through the same service path, fed the events with
   inferred read bindings and artifact writes (``trajectory_events(infer_bindings=True)``).
-  Until compaction and invalidation land, the default pipeline is the window policy, so
-  ``select`` differs from ``window`` only by what it ingests (bindings and writes).
+  The bindings and writes feed invalidation (issue 11): superseded observations are shown
+  as tombstones or with notices naming ``path@rN``, and their manifest items say
+  ``historical``. Until compaction lands, selection itself is the window policy's.
+* ``select-tombstone`` / ``select-notice``: ``select`` with one representation rule for
+  every superseded observation (session ``metadata.invalidation``), to measure the token
+  and cache effect of tombstones against appended notices.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Protocol
 
 from app.adapters import miniswe
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
+from app.domain.manifest import InvalidationReport, Item
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
 
 __all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "RequestView", "ServicePolicy",
@@ -81,6 +86,8 @@ class RequestView:
     input_limit: int
     handle_texts: Callable[[str], list[str]] = field(default=lambda text: [], repr=False)
     error: str | None = None
+    items: dict[str, Item] | None = None  # call_id -> manifest item of its result (service policies)
+    invalidation: InvalidationReport | None = None  # the manifest's invalidation summary (service policies)
 
 
 class PolicyRun(Protocol):
@@ -185,12 +192,15 @@ _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{12,64}(?![0-9a-f])")
 
 
 class _ServiceRun:
-    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext) -> None:
+    def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, invalidation: str = "auto") -> None:
         from app.api.schemas import SessionCreate
         from app.services import sessions as session_service
 
         self.ctx = ctx
-        body = SessionCreate.model_validate(miniswe.session_create_body(traj, profile=ctx.profile))
+        create = miniswe.session_create_body(traj, profile=ctx.profile)
+        if invalidation != "auto":
+            create["metadata"] = {**create.get("metadata", {}), "invalidation": invalidation}
+        body = SessionCreate.model_validate(create)
         with ctx.unit_of_work() as db:
             self.session_id = session_service.create_session(
                 db, ctx.profiles, profile=body.profile or ctx.profile, contract=body.contract.model_dump(),
@@ -240,10 +250,12 @@ class _ServiceRun:
                                input_limit=self.input_limit, error=str(exc))
         manifest = out.manifest
         tokens = manifest.tokens
+        items = {str(i.call_id): i for i in manifest.items if i.kind == "tool_result"}
         return RequestView(messages=list(out.request["messages"]), tools=list(out.request.get("tools") or []),
                            total=tokens.total, by_zone=dict(tokens.by_zone), by_role=dict(tokens.by_role),
                            cached=manifest.cache.predicted_cached_tokens,
-                           input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts)
+                           input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts,
+                           items=items, invalidation=manifest.invalidation)
 
 
 @dataclass(frozen=True)
@@ -253,15 +265,20 @@ class ServicePolicy:
 
     name: str
     infer_bindings: bool
+    invalidation: str = "auto"  # how superseded observations are shown (session metadata.invalidation)
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
-        return _ServiceRun(traj, ctx)
+        return _ServiceRun(traj, ctx, self.invalidation)
 
 
 POLICIES: dict[str, Policy] = {
     "append": AppendPolicy(),
     "window": ServicePolicy("window", infer_bindings=False),
     "select": ServicePolicy("select", infer_bindings=True),
+    # select with one representation rule for every superseded observation (seed 000 table 9):
+    # the tombstone-versus-notice token and cache effect is select-tombstone against select-notice
+    "select-tombstone": ServicePolicy("select-tombstone", infer_bindings=True, invalidation="tombstone"),
+    "select-notice": ServicePolicy("select-notice", infer_bindings=True, invalidation="notice"),
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from app.adapters import miniswe
 from app.adapters.bash_effects import command_of
 from app.eval import metrics
+from app.domain.manifest import InvalidationReport
 from app.eval.policies import EvalContext, RequestView, get_policy
 from app.traces import resolve_trace, traces_dir
 
@@ -85,6 +86,8 @@ class TraceFacts:
                     elif e["kind"] == "tool_result":
                         reads = []
                         for r in ([e["binding"]] if e.get("binding") else []) + list(e.get("conditions", {}).get("reads", [])):
+                            if r.get("kind") == "unknown":
+                                continue  # the command's effect is unknown: it read nothing known
                             rev = r.get("revision")
                             reads.append((r["artifact"], int(rev) if rev is not None else revisions.get(r["artifact"], 0)))
                         observations.append(metrics.Observation(e["call_id"], e["payload"], tuple(dict.fromkeys(reads))))
@@ -127,6 +130,13 @@ class CallRecord:
     grounding_via_handle_hits: int
     provider_prompt_tokens: int | None = None
     error: str | None = None
+    stale_items: int = 0  # eq. 7 per manifest item (service policies; = stale for append, which has no manifest)
+    tombstones: int = 0
+    tombstone_tokens: int = 0
+    replaced_tokens: int = 0
+    noticed: int = 0
+    notice_tokens: int = 0
+    stale_tokens_kept: int = 0
 
 
 @dataclass
@@ -163,7 +173,12 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
     direct, via = metrics.grounding_hits(cands, text)
     if via < len(cands):
         direct, via = metrics.grounding_hits(cands, text, view.handle_texts(text))
+    inv = view.invalidation or InvalidationReport()
+    per_item = stale if view.items is None else metrics.stale_items(facts.observations, facts.revisions, view.items)
     return CallRecord(
+        stale_items=per_item, tombstones=inv.tombstones, tombstone_tokens=inv.tombstone_tokens,
+        replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
+        stale_tokens_kept=inv.stale_tokens_kept,
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,
         uncached_tokens=view.total - view.cached, over_limit=view.total > view.input_limit,
         by_role=view.by_role, by_zone=view.by_zone,
@@ -295,6 +310,7 @@ class EvalRun:
     workers: int
     calls_per_policy: int = 0
     notes: list[str] = field(default_factory=list)
+    over_invalidation: dict[str, Any] = field(default_factory=dict)  # app.eval.overinvalidation.measure
 
     def result(self, policy: str, trace: str) -> TraceResult:
         for r in self.results:
@@ -323,9 +339,11 @@ def run_eval(paths: Sequence[str | Path], *, policies: Sequence[str], profile: s
         else:
             results = _run_pool(tasks, list(policies), profile, db_dir, workers, advance)
     results.sort(key=lambda r: (policies.index(r.policy), r.trace))
+    from app.eval.overinvalidation import measure
+
     return EvalRun(profile=profile, policies=list(policies), traces=[f.name for f in files], results=results,
                    seconds=time.perf_counter() - start, workers=max(1, workers),
-                   calls_per_policy=sum(sizes.values()))
+                   calls_per_policy=sum(sizes.values()), over_invalidation=measure(files)["total"])
 
 
 def _run_pool(tasks: list[Path], policies: list[str], profile: str, db_dir: str, workers: int,

@@ -54,6 +54,10 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         if grounded else None,
         # supporting detail
         "stale_support_rate": stale / superseded if superseded else None,
+        "stale_support_items": sum(r.stale_items for r in records),
+        "invalidation": {k: sum(getattr(r, k) for r in records) for k in
+                         ("tombstones", "tombstone_tokens", "replaced_tokens", "noticed", "notice_tokens",
+                          "stale_tokens_kept")},
         "superseded_pairs": superseded,
         "grounding_calls": len(grounded),
         "max_input_tokens": max((r.input_tokens for r in records), default=0),
@@ -87,6 +91,7 @@ def build_results(run: EvalRun, prices: metrics.Prices, profile_info: dict[str, 
         "profile_info": profile_info,
         "prices_usd_per_mtok": {"uncached_input": prices.uncached, "cached_input": prices.cached},
         "policies": policies,
+        "over_invalidation": run.over_invalidation,
         "provider": {"note": "what the provider billed for the real run (DeepSeek's tokenizer; cost as recorded, "
                              "output included)", "total": provider_total, "traces": provider_traces},
         "runtime_seconds": round(run.seconds, 2),
@@ -113,8 +118,14 @@ NOTES = [
     "run; uncached = input - cached. cost_usd counts input only.",
     "stale_support (eq. 7): (call, observation) pairs where the observation read an artifact written after the read "
     "and before the call, and a tool message of the request still shows the observation's text (its first 200 "
-    "characters), with no tombstone or notice naming the write. ctxd has no invalidation yet, so every such "
-    "observation still in the request counts. stale_support_rate = stale_support / superseded_pairs.",
+    "characters), with no tombstone or notice naming the write (path@rN). stale_support_rate = stale_support / "
+    "superseded_pairs. stale_support_items: the same pairs judged per manifest item (service policies): the item "
+    "in the request does not say state historical naming the write (append has no manifest: its text count).",
+    "invalidation (select policies): per call, summed: tombstones shown in place and their tokens against the tokens "
+    "of the outputs they replaced; observations kept with a notice, the notices' tokens and the stale tokens they "
+    "leave in the request. select-tombstone and select-notice apply one rule to every superseded observation, so "
+    "their input, cached and uncached tokens against each other give the tombstone-versus-notice token and cache "
+    "effect.",
     "grounding: for each call, the identifiers (paths, file names, dotted names, snake_case and CamelCase words, "
     "line numbers >= 10 written as 'line N', 'file.py:N' or a sed range) of the real agent's next message and "
     "command that already appeared in the transcript before the call and that the root (system instructions + "
@@ -185,6 +196,19 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
             + [_fmt(e["total"]["by_role"][r]) for r in ROLES] for p, e in pols.items()]
     lines += _table(["policy", "superseded pairs", "stale support rate", "calls with grounding candidates",
                      "largest request", "errors", *(f"{r} tokens" for r in ROLES)], rows)
+    over = results.get("over_invalidation") or {}
+    if over:
+        lines += ["", f"Over-invalidation of the inferred bindings (select): {over['over'] + over['coarse']} of "
+                      f"{over['writes']} writes ({over['rate']:.2%}) marked an observation of an artifact the command "
+                      f"did not name ({over['over']} through an edge to another artifact, {over['coarse']} through a "
+                      f"tree write expanded to a file it did not name); {over['marked']} markings in all."]
+    lines += ["", "Invalidation (seed 000 table 9; tokens summed over calls):", ""]
+    rows = [[p, _fmt(e["total"]["stale_support"]), _fmt(e["total"]["stale_support_items"])]
+            + [_fmt(e["total"]["invalidation"][k]) for k in ("tombstones", "tombstone_tokens", "replaced_tokens",
+                                                             "noticed", "notice_tokens", "stale_tokens_kept")]
+            + [_fmt(e["total"]["uncached_tokens"])] for p, e in pols.items()]
+    lines += _table(["policy", "stale (text)", "stale (per item)", "tombstones", "tombstone tokens",
+                     "replaced tokens", "noticed", "notice tokens", "stale tokens kept", "uncached tokens"], rows)
     prov = results["provider"]["total"]
     lines += ["", "## What the provider billed (the real run)", "",
               "Sums over the trajectories' recorded usage: DeepSeek's tokenizer and its own prompt cache, so a "

@@ -167,3 +167,8 @@ class AssemblyMemo:
             if manifest is not None:
                 entry.manifests[fmt] = (manifest, size)
             self._resize(entry, before)
+
+    def forget(self, session_id: str) -> None:
+        """Drop everything held for the session (it was deleted)."""
+        with self._lock:
+            self._sessions.pop(session_id, None)

@@ -31,11 +31,13 @@ from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_reques
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.state import PreviousRequest, SessionState
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
+from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.store.db import core_read, core_write
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
@@ -44,6 +46,11 @@ from app.wire import openai as openai_wire
 from app.wire import tokens as tokens_wire
 
 FORMATS = ("openai", "anthropic", "tokens")
+
+#: Whether a trunk rewrite (a compaction pass) is due within a few calls, judged on what a
+#: GET loaded (issue 10's watermarks; ``app.state.pass_due``, None: never). A function of
+#: the loaded state and events only, so every worker judges alike.
+PassDue = Callable[[SessionState, Sequence[Event]], bool]
 MAX_PLAN_ATTEMPTS = 4  # plans per GET when other workers keep moving the layout state
 
 _ZONES = {
@@ -189,6 +196,17 @@ def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: s
         stash[_count_key(tokenizer_id, handle)] = count
 
 
+def _text_handle(event: ToolResultEvent, stash: MutableMapping[Any, Any]) -> str:
+    """The handle of the text an output renders: its redacted view's (issue 12; the count
+    stored after the POST is the view's) or, unredacted, its own. Hashed once per output."""
+    if not event.redactions:
+        return event.handle
+    key = ("view_handle", event.handle)
+    if key not in stash:
+        stash[key] = hashlib.sha256(event.payload.encode("utf-8")).hexdigest()
+    return str(stash[key])
+
+
 def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence[Event],
                          stash: MutableMapping[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens,
@@ -204,33 +222,34 @@ def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence
     if tokenizer_id is None:
         return {}
     scan_key = ("payload_tokens_scan", tokenizer_id)
-    scanned: tuple[list[Event], dict[str, int], tuple[str, ...]] | None = stash.get(scan_key)
+    # (events scanned, event handle -> count, outputs still unknown: (counted text's handle, event handle))
+    scanned: tuple[list[Event], dict[str, int], tuple[tuple[str, str], ...]] | None = stash.get(scan_key)
     if scanned is not None and len(events) >= len(scanned[0]) and events[:len(scanned[0])] == scanned[0]:
         seen, found, unknown = list(scanned[0]), dict(scanned[1]), list(scanned[2])
     else:
         seen, found, unknown = [], {}, []
     for event in events[len(seen):]:
         if isinstance(event, ToolResultEvent) and event.handle not in found:
-            unknown.append(event.handle)
+            unknown.append((_text_handle(event, stash), event.handle))
     seen.extend(events[len(seen):])
-    missing: list[str] = []
-    still: list[str] = []
-    for handle in dict.fromkeys(unknown):
-        count = stash.get(_count_key(tokenizer_id, handle))
+    missing: dict[str, str] = {}  # handle of the text counted -> the event's handle
+    still: list[tuple[str, str]] = []
+    for counted, handle in dict.fromkeys(unknown):
+        count = stash.get(_count_key(tokenizer_id, counted))
         if count is not None:
             found[handle] = count
             continue
-        still.append(handle)
-        if stash.get(("payload_tokens_lookups", tokenizer_id, handle), 0) < COUNT_LOOKUPS:
-            missing.append(handle)
+        still.append((counted, handle))
+        if stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
+            missing[counted] = handle
     if missing:
-        for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
+        for counted, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[_count_key(tokenizer_id, handle)] = found[handle] = count
+                stash[_count_key(tokenizer_id, counted)] = found[missing[counted]] = count
         for handle in missing:
             key = ("payload_tokens_lookups", tokenizer_id, handle)
             stash[key] = stash.get(key, 0) + 1
-    stash[scan_key] = (seen, found, tuple(h for h in still if h not in found))
+    stash[scan_key] = (seen, found, tuple(x for x in still if x[1] not in found))
     return dict(found)
 
 
@@ -273,9 +292,14 @@ def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None
     if saved is None:  # planned from a layout state another worker has moved since
         return None
     stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
+    tenant_id = session_tenant(db, sid) or DEFAULT_TENANT if plan.derived_payloads else DEFAULT_TENANT
+    # every index payload is linked to the session (issue 12): readable by its tenant through the
+    # handle the trunk names; those stored before are linked again (a no-op but for sessions
+    # from before migration 0008_tenancy)
+    link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid, tenant_id=tenant_id)
     for handle, data in plan.derived_payloads.items():
         if handle not in stored_before:  # the previous manifest's index payloads are stored already
-            stored = repo.put_payload(db, data)
+            stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)
             if stored != handle:  # content-addressed: the note must name exactly what is stored
                 raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
@@ -284,12 +308,14 @@ def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None
 
 def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
                      session_id: str, *, fmt: str = "openai", memo: AssemblyMemo,
-                     read_factory: sessionmaker[OrmSession] | None = None) -> AssembledRequest:
+                     read_factory: sessionmaker[OrmSession] | None = None,
+                     pass_due: PassDue | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
     ``factory`` opens write transactions (the save), ``read_factory`` snapshot reads (the
     load; default ``factory``, see :func:`app.store.db.make_read_factory`). ``memo``: the
-    app's assembly memo (``app.state.memo``).
+    app's assembly memo (``app.state.memo``). ``pass_due``: the compaction signal the
+    planner passes to invalidation (:data:`PassDue`; None: no pass is ever due).
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
@@ -313,7 +339,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
-                            payload_tokens=loaded.payload_tokens)
+                            payload_tokens=loaded.payload_tokens,
+                            pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else False)
         with core_write(factory) as db:
             saved = save(db, plan, loaded.base)
             if saved is None:

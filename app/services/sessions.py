@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from datetime import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, ContextManager
 
@@ -12,10 +13,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
+from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
-from app.store.tables import ArtifactRow, SessionRow
+from app.store.tenancy import own_payload
+from app.services import redaction
+from app.store.tables import ArtifactRow, SessionRow, utcnow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 from app.observability import metrics
@@ -23,8 +28,8 @@ from app.observability import metrics
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
                    tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None,
-                   model: str | None = None) -> str:
-    """Create a session; returns its id (32 hex chars). ``model`` is the ``model`` of the
+                   model: str | None = None, tenant_id: str = DEFAULT_TENANT) -> str:
+    """Create a session of tenant ``tenant_id``; returns its id (32 hex chars). ``model`` is the ``model`` of the
     session's request bodies (every format); None follows the profile's model.
 
     With ``meters``, the text rendered verbatim (contract goal and constraints, which are
@@ -51,7 +56,7 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
                 control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     metadata=metadata, model=model)
+                     metadata=metadata, model=model, tenant_id=tenant_id)
     return session_id
 
 
@@ -90,6 +95,35 @@ def _fingerprint(event: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(event).encode("utf-8")).hexdigest()
 
 
+# Optional fields added to the event schema after events were first stored (issue 11):
+# the fingerprints stored before them were taken without them.
+_ADDED_LATER: dict[str, tuple[str, ...]] = {"binding": ("ttl_seconds", "fetched_at")}
+
+
+def _canonical_event(event: dict[str, Any]) -> dict[str, Any]:
+    """What an event's idempotency fingerprint is taken of: the event with its unset
+    (None-valued) optional fields dropped, at the event's level and its binding's, so that
+    an omitted optional field and an explicit null are the same event and an optional
+    field added to the schema later does not change the form of events that do not use
+    it. Free-form objects (``conditions``, tool-call arguments) are kept as sent."""
+    out = {k: v for k, v in event.items() if v is not None}
+    if isinstance(out.get("binding"), dict):
+        out["binding"] = {k: v for k, v in out["binding"].items() if v is not None}
+    return out
+
+
+def _legacy_form(event: dict[str, Any]) -> dict[str, Any]:
+    """The form fingerprinted before :func:`_canonical_event` (events stored then): every
+    field of the validated event, None included, except the optional fields added since
+    when unset."""
+    out = dict(event)
+    for key, added in _ADDED_LATER.items():
+        nested = out.get(key)
+        if isinstance(nested, dict):
+            out[key] = {k: v for k, v in nested.items() if not (k in added and v is None)}
+    return out
+
+
 def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id: str, field: str) -> bytes:
     """``data`` if it is within ``max_bytes``; else PayloadTooLarge naming the event."""
     if max_bytes is not None and len(data) > max_bytes:
@@ -100,7 +134,7 @@ def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id
 
 
 def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
-                  max_payload_bytes: int | None = None) -> dict[str, Any]:
+                  max_payload_bytes: int | None = None, redact: bool = True) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
@@ -108,6 +142,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     conflict. Payloads go to content-addressed storage; the log keeps their handles.
     ``max_payload_bytes`` bounds each new payload: a tool result's payload (UTF-8 bytes)
     and a message's canonical JSON (content, reasoning, tool calls).
+
+    ``redact`` (issue 12 item 5, app/services/redaction.py): secrets are redacted once,
+    here, in what enters requests: a message's content, reasoning and tool-call arguments
+    (stored redacted in the event; arguments stay valid JSON) and a tool output (its
+    redacted text stored as a payload of its own, ``view``); the event records the kinds
+    (``redactions``), which the manifest item reports as a transform. The raw bytes stay
+    whole behind the event's handle. Contract, system text and tools are never redacted.
 
     Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
     "new_tool_outputs": [handles of the tool results created by this batch]}``.
@@ -135,12 +176,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     seq = row.last_seq
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
-        digest = _fingerprint(event)
+        digest = _fingerprint(_canonical_event(event))
         where = {"index": index, "event_id": event_id}
         if event_id in existing or event_id in seen:
             prior_digest, prior = (existing[event_id].body_sha256, {"seq": existing[event_id].seq, "revision": existing[event_id].body.get("revision")}) \
                 if event_id in existing else seen[event_id]
-            if prior_digest != digest:
+            # an event stored before the canonical form was its fingerprint carries the legacy one
+            if prior_digest != digest and (event_id not in existing or prior_digest != _fingerprint(_legacy_form(event))):
                 raise EventConflict(f"event_id {event_id!r} was already used with a different body", **where)
             results.append({"event_id": event_id, "seq": prior["seq"], "status": "duplicate",
                             "revision": prior.get("revision") if kind == "artifact_write" else None})
@@ -155,7 +197,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                          "tool_calls": body.get("tool_calls") or []}
             data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
                                     **where)
-            body["handle"] = repo.put_payload(db, data)
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            if redact and (kinds := redaction.redact_event(body)):
+                body["redactions"] = list(kinds)
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -171,11 +216,14 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             else:
                 answers.append((call_id, seq + 1))
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
-            body["handle"] = repo.put_payload(db, data)
-            new_outputs.append(body["handle"])
-            binding = body.get("binding")
-            if binding is not None and binding.get("revision") is None:
-                binding["revision"] = repo.artifact_revision(db, session_id, binding["artifact"])
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            if done is not None and done.changed:
+                body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
+                body["redactions"] = list(done.kinds)
+            new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
+            _bind_reads(db, session_id, body, where)
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"])
             body["revision"] = revision
@@ -189,6 +237,44 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     row.last_seq = seq
     db.flush()
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
+    """Give a tool result's binding and each ``conditions["reads"]`` entry the server's
+    revision (:func:`app.domain.invalidation.resolve_read`): the current one when omitted;
+    a content hash contradicting the recorded one bumps the artifact (an external change);
+    an ``external`` binding without ``fetched_at`` gets the event's time (epoch seconds).
+    Raises InvalidEvent (422) for a revision from the future."""
+    reads = (body.get("conditions") or {}).get("reads")
+    entries = [body["binding"]] if body.get("binding") else []
+    entries += [r for r in reads if isinstance(r, dict) and isinstance(r.get("artifact"), str)] \
+        if isinstance(reads, list) else []
+    for entry in entries:
+        if entry.get("kind") == UNKNOWN_KIND:
+            entry["revision"] = 0
+            continue
+        artifact = entry["artifact"]
+        revision = entry.get("revision")
+        if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's revision must be an "
+                               f"integer >= 0, got {revision!r}", **where)
+        current = repo.artifact_revision(db, session_id, artifact)
+        recorded = repo.artifact_content_hash(db, session_id, artifact, current) \
+            if entry.get("content_hash") is not None else None
+        try:
+            resolved = resolve_read(artifact, current, recorded, revision=revision,
+                                    content_hash=entry.get("content_hash"))
+        except InvalidEvent as exc:
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,
+                               **exc.extra) from None
+        if resolved.external:
+            repo.bump_artifact(db, session_id, artifact)
+            entry["external_change"] = True
+        entry["revision"] = resolved.revision
+        if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
+            entry["fetched_at"] = utcnow().timestamp()
+        elif isinstance(entry.get("fetched_at"), str):
+            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"].replace("Z", "+00:00")).timestamp()
 
 
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority

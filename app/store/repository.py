@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from datetime import timezone
+from typing import Any, Iterable, Sequence
 
 import orjson
-from sqlalchemy import Connection, Row, bindparam, func, select, update
+from sqlalchemy import JSON, Connection, Row, bindparam, func, select, update
 from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -83,7 +84,7 @@ def session_from_row(row: SessionRow) -> Session:
 _SESSION_STATE = (
     select(SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
            SessionRow.meta, SessionRow.model, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq,
-           PrefixStateRow.state)
+           LayoutStateRow.deferred, LayoutStateRow.shown_upto, PrefixStateRow.state)
     .outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
     .outerjoin(PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == bindparam("fmt")))
     .where(SessionRow.id == bindparam("sid"))
@@ -97,19 +98,22 @@ def load_session_state(db: Db, session_id: str,
     row = db.execute(_SESSION_STATE, {"sid": session_id, "fmt": fmt}).first()
     if row is None:
         return None
-    sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, previous = row
+    sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, deferred, shown_upto, previous = row
+    layout = LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0),
+                         deferred=tuple(sorted(int(s) for s in deferred or ())), shown_upto=int(shown_upto or 0))
     state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
-                         layout=LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0)), model=model)
+                         layout=layout, model=model)
     return state, previous_request(previous)
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
-                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None) -> SessionRow:
+                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
+                tenant_id: str = "default") -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0)
+                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
-    db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0))
+    db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0, deferred=[], shown_upto=0))
     db.flush()
     return row
 
@@ -296,31 +300,53 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
     return max(found, key=lambda r: r[0])[1] if found else None
 
 
+def text_handle(body: dict[str, Any]) -> str:
+    """The handle of the text a tool result brings into requests: its redacted ``view``
+    when ingest redacted secrets from it, else its payload's."""
+    return str(body.get("view") or body["handle"])
+
+
 def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
     """The domain event of an event row (an ORM row or a Core row with ``seq, event_id,
-    kind, body``); ``payloads``: handle -> text of the tool results' payloads."""
+    kind, body, created_at``); ``payloads``: handle -> text of the tool results' texts."""
     body = row.body
+    created = row.created_at
+    at = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else None
     if row.kind == "message":
         return MessageEvent(
             seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",
             handle=body["handle"], reasoning=body.get("reasoning"),
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
+            at=at,
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
         return ToolResultEvent(
-            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
+            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[text_handle(body)],
             handle=body["handle"], exit_code=body.get("exit_code"),
-            binding=Binding(**binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            binding=binding_from_json(binding) if binding else None, conditions=dict(body.get("conditions") or {}),
+            at=at,
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
-                                  revision=body["revision"], content_hash=body.get("content_hash"))
-    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"])
+                                  revision=body["revision"], content_hash=body.get("content_hash"), at=at)
+    return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"], at=at)
+
+
+def binding_from_json(data: dict[str, Any]) -> Binding:
+    """A stored binding (eq. 5) as a domain value; keys the value does not hold (e.g.
+    ``external_change``) stay in the stored body only."""
+    revision = data.get("revision")
+    return Binding(artifact=data["artifact"], kind=data.get("kind") or "file",
+                   revision=int(revision) if revision is not None else -1, range=data.get("range"),
+                   content_hash=data.get("content_hash"), ttl_seconds=data.get("ttl_seconds"),
+                   fetched_at=data.get("fetched_at"))
 
 
 _EVENTS = (
-    select(EventRow.seq, EventRow.event_id, EventRow.kind, EventRow.body)
+    select(EventRow.seq, EventRow.event_id, EventRow.kind, EventRow.body, EventRow.created_at)
     .where(EventRow.session_id == bindparam("sid"), EventRow.seq > bindparam("after"), EventRow.seq <= bindparam("upto"))
     .order_by(EventRow.seq)
 )
@@ -335,7 +361,7 @@ def load_events(db: Db, session_id: str, *, after_seq: int = 0, upto_seq: int | 
     escape anywhere, which message text and payloads may hold.)"""
     params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
     rows = db.execute(_EVENTS, params).all()
-    handles = sorted({row.body["handle"] for row in rows if row.kind == "tool_result"})
+    handles = sorted({text_handle(row.body) for row in rows if row.kind == "tool_result"})
     payloads: dict[str, str] = {}
     if handles:
         payloads = {sha: bytes(data).decode("utf-8") for sha, data in db.execute(_PAYLOADS, {"handles": handles})}
@@ -468,14 +494,17 @@ def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest 
 
 _LAYOUT_CAS = (update(LayoutStateRow.__table__)
                .where(LayoutStateRow.session_id == bindparam("sid"), LayoutStateRow.version == bindparam("expected"))
-               .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"), updated_at=bindparam("now")))
+               .values(version=bindparam("new_version"), cut_seq=bindparam("new_cut"),
+                       deferred=bindparam("new_deferred", type_=JSON), shown_upto=bindparam("new_shown"),
+                       updated_at=bindparam("now")))
 
 
 def compare_and_set_layout(db: Db, session_id: str, expected: LayoutState, new: LayoutState) -> bool:
     """Write ``new`` if the stored layout state is still ``expected`` (same version);
     True when written. Another worker's change in between makes it False."""
     done = db.execute(_LAYOUT_CAS, {"sid": session_id, "expected": expected.version, "new_version": new.version,
-                                    "new_cut": new.cut_seq, "now": utcnow()})
+                                    "new_cut": new.cut_seq, "new_deferred": list(new.deferred),
+                                    "new_shown": new.shown_upto, "now": utcnow()})
     return bool(done.rowcount == 1)  # type: ignore[attr-defined]
 
 

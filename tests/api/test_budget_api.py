@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.domain.framing import unframe
 from app.main import create_app
 from app.settings import Settings
 from tests.api.test_api import assert_problem, new_session, post
@@ -107,17 +108,19 @@ def mistral_ids() -> Callable[[dict], list[int]]:
 def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClient, qwen3_ids) -> None:
     """The issue's example on qwen3. Before: 200 with no leaf (messages = system + trunk,
     732 tokens, all 19 events elided). After: the four older turns are evicted, the newest
-    turn and its 10 results stay verbatim (21222 tokens: over T_lo 20000, within 28160; the
-    elision note gives each evicted output's size in bytes)."""
+    turn and its 10 results stay verbatim (21222 tokens then; 21512 since each output is
+    framed as untrusted data, 29 tokens each, issue 11 item 7: over T_lo 20000, within
+    28160; the elision note gives each evicted output's size in bytes)."""
     sid = ten_results_session(client, "qwen3")
     r = client.get(f"/v1/sessions/{sid}/request")
     assert r.status_code == 200, r.text
     body, manifest = r.json()["request"], r.json()["manifest"]
     leaf = body["messages"][2:]
     assert [m["role"] for m in leaf] == ["assistant"] + ["tool"] * 10
-    assert [m["content"] for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}" for j in range(10)]
+    assert [unframe(m["content"]) for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}"
+                                                        for j in range(10)]
     assert [c["id"] for c in leaf[0]["tool_calls"]] == [f"n{j}" for j in range(10)]
-    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21222
+    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21222 + 10 * 29
     assert {e["event_id"] for e in manifest["elided"]} == {f"old{t}" for t in range(4)} | {f"r-o{t}c0" for t in range(4)}
     kept = {i["event_id"]: i["representation"] for i in manifest["items"]}
     assert kept == {"newest": "verbatim"} | {f"r-n{j}": "verbatim" for j in range(10)}
@@ -156,7 +159,7 @@ def test_newest_group_over_input_limit_is_bounded_as_a_whole(client: TestClient,
     tools = openai["messages"][3:]
     for j, message in enumerate(tools):
         text = payload("qwen3", 2040, f"n{j}")
-        head, _, rest = message["content"].removeprefix("exit_code: 0\n").partition("\n[... ")
+        head, _, rest = unframe(message["content"]).removeprefix("exit_code: 0\n").partition("\n[... ")
         marker, _, tail = rest.partition(" ...]\n")
         assert text.startswith(head) and text.endswith(tail) and head and tail
         assert f"elided by ctxd; the whole output is handle {items[j]['handle']}" in marker

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from app.domain.framing import unframe
 from tests.api.test_api import assistant, new_session, post, result
 
 
@@ -72,7 +73,7 @@ def test_two_megabyte_output_is_cut_from_its_ends(client: TestClient) -> None:
     assert item["bytes"] == 2_000_000 and item["lines"] == payload.count("\n") + 1
     # the elided lines, read back by handle, hold what the request leaves out
     back = client.get(f"/v1/handles/{handle}?lines={first_line}:{last_line}").content.decode()
-    head, tail = tool.split("\n" + marker.group(0) + "\n")
+    head, tail = unframe(tool).split("\n" + marker.group(0) + "\n")
     head = head.split("\n", 1)[1]  # after the exit_code header line
     missing = payload[len(head):len(payload) - len(tail)]
     assert payload.startswith(head) and payload.endswith(tail) and missing.strip("\n") in back

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import pytest
 from fastapi.testclient import TestClient
 
+from app.domain.framing import unframe
 from tests.api.test_api import BASH, SESSION, assert_problem, new_session, post, result
 
 JSON = {"content-type": "application/json"}
@@ -171,7 +172,7 @@ def test_nul_in_a_tool_results_conditions_is_served_on_every_database(client: Te
     got = client.get(f"/v1/sessions/{sid}/request")
     assert got.status_code == 200, got.text
     tool = next(m for m in got.json()["request"]["messages"] if m["role"] == "tool")
-    assert "E: a\x00b" in tool["content"] and tool["content"].endswith("out\n")
+    assert "E: a\x00b" in tool["content"] and unframe(tool["content"]).endswith("out\n")
 
 
 # -- line ranges count "\n" only -----------------------------------------------------------

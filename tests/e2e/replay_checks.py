@@ -23,16 +23,25 @@ class ReplayStats:
     totals: list[int] = field(default_factory=list)
     divergences: int = 0
     cached_tokens: int = 0
+    tombstones: int = 0
+    noticed: int = 0
+    invalidation_divergences: int = 0
 
 
 def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
-                     template_ids: Callable[[dict[str, Any]], list[int]] | None = None) -> ReplayStats:
+                     template_ids: Callable[[dict[str, Any]], list[int]] | None = None,
+                     infer_bindings: bool = False, invalidation: str = "auto") -> ReplayStats:
     """Replay ``path``; for every request assert the DESIGN.md section 6 invariants.
+    ``infer_bindings``: post the inferred read bindings and artifact writes too (the
+    ``select`` policy's events), so superseded reads are shown as tombstones or notices
+    (``invalidation``: the session's ``metadata.invalidation``).
 
     With ``template_ids`` (OpenAI body -> ids of the official ``apply_chat_template``), the
     ``tokens`` format's ids must equal them exactly and the manifest's total must too."""
     traj = miniswe.load_trajectory(path)
     create = miniswe.session_create_body(traj, profile=profile)
+    if invalidation != "auto":
+        create["metadata"] = {**create.get("metadata", {}), "invalidation": invalidation}
     r = client.post("/v1/sessions", json=create)
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
@@ -40,7 +49,7 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
     posted: dict[str, bytes] = {}
     checked: set[str] = set()
     stats = ReplayStats(trace=path.name)
-    for step in miniswe.replay_plan(traj):
+    for step in miniswe.replay_plan(traj, infer_bindings=infer_bindings):
         if isinstance(step, miniswe.PostEvents):
             r = client.post(f"/v1/sessions/{sid}/events", json={"events": list(step.events)})
             assert r.status_code == 200, r.text
@@ -93,14 +102,21 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
         if stats.requests and not cache["extends_previous"]:
             # append-stable leaf: only a budget action may break the prefix on these traces
             divergence = cache["first_divergence"]
-            assert divergence["zone"] == "trunk" and divergence["reason"].startswith("budget"), f"{where}: {divergence}"
-            assert manifest["layout"]["evicted_now"] > 0, where
+            if infer_bindings and divergence["reason"].startswith("invalidation:"):
+                # a tombstone replaces a superseded read in place, or a notice follows it (seed 000 table 9)
+                stats.invalidation_divergences += 1
+            else:
+                assert divergence["zone"] == "trunk" and divergence["reason"].startswith("budget"), f"{where}: {divergence}"
+                assert manifest["layout"]["evicted_now"] > 0, where
             stats.divergences += 1
         elif stats.requests:
             assert cache["predicted_cached_tokens"] >= cache["previous_tokens"] - 16, f"{where}: reuse lost"
         stats.cached_tokens += cache["predicted_cached_tokens"]
         stats.requests += 1
         stats.tokens += total
+        inv = manifest.get("invalidation") or {}
+        stats.tombstones += inv.get("tombstones", 0)
+        stats.noticed += inv.get("noticed", 0)
         stats.totals.append(total)
         stats.max_tokens = max(stats.max_tokens, total)
         stats.requests_with_elision += bool(manifest["elided"])

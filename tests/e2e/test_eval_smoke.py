@@ -132,8 +132,10 @@ def _tool(i: int, output: str) -> dict:
 
 def test_hand_made_trajectory_stale_support_and_grounding(tmp_path: Path) -> None:
     """cat src/reader.py (revision 0), then sed -i src/reader.py (revision 1): from the
-    third call on, the first observation is superseded and still shown by every policy
-    (ctxd has no invalidation yet), so each of calls 2 and 3 has one stale pair."""
+    third call on, the first observation is superseded. append and window (which ingest no
+    bindings) still show it as it was, so each of calls 2 and 3 has one stale pair; select
+    replaces it by a tombstone naming src/reader.py@r1 (issue 11): no stale pair, and its
+    manifest item says historical (checked per item)."""
     source = "def parse_header(data):\n    if not data:\n        return None\n    return data.split(':')\n"
     trajectory = {
         "trajectory_format": "mini-swe-agent-1.1", "instance_id": "hand__made-1",
@@ -160,7 +162,8 @@ def test_hand_made_trajectory_stale_support_and_grounding(tmp_path: Path) -> Non
     for policy in POLICIES:
         total = results["policies"][policy]["total"]
         assert total["calls"] == 4
-        assert total["stale_support"] == 2 and total["superseded_pairs"] == 2, policy
+        assert total["stale_support"] == (0 if policy == "select" else 2), policy
+        assert total["superseded_pairs"] == 2, policy
         assert total["constraint_retention"] == 1.0 and total["pair_errors"] == 0
         calls = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["call"])
         assert [r["superseded"] for r in calls] == [0, 0, 1, 1]

@@ -45,3 +45,25 @@ def test_replay_all_traces_sqlite(sqlite_client, qwen3_ids) -> None:
 def test_replay_on_postgres(postgres_client, path) -> None:
     stats = replay_and_check(postgres_client, path)
     assert stats.requests > 0
+
+
+# traces whose inferred writes supersede reads of files the agent edits most often
+INVALIDATING = [p for p in TRACE_FILES if p.name in {
+    "pvlib__pvlib-python-1854__chat.traj.json", "sqlfluff__sqlfluff-1733__reasoner.traj.json"}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "notice"])
+@pytest.mark.parametrize("path", INVALIDATING, ids=lambda p: p.name)
+def test_replay_with_invalidation_exact_counts(sqlite_client, qwen3_ids, path, mode) -> None:
+    """The select policy's events (inferred bindings and writes): tombstones in place
+    (``auto``: superseded reads of edited files) and appended notices (``notice``) are
+    counted exactly (apply_chat_template on every served body), a prefix break in the leaf
+    is always one of them, and every manifest, with its per-item invalidation fields, reads
+    back as served."""
+    stats = replay_and_check(sqlite_client, path, template_ids=qwen3_ids, infer_bindings=True, invalidation=mode)
+    assert stats.requests > 50
+    if mode == "auto":
+        assert stats.tombstones > 0 and stats.invalidation_divergences > 0
+    else:
+        assert stats.noticed > 0 and stats.tombstones == 0

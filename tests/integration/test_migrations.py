@@ -100,3 +100,42 @@ def test_layout_states_are_backfilled_from_cut_seq_and_back(empty_url: str) -> N
 
     upgrade_head(empty_url)
     assert _rows(empty_url, "SELECT session_id, cut_seq FROM layout_states ORDER BY session_id") == [("s1", 7), ("s2", 0)]
+
+
+def test_layout_deferral_columns_up_down_up(empty_url: str) -> None:
+    """Migration 0007_layout_deferral: layout states stored at 0006 read back with nothing
+    deferred and nothing shown; a deferral written by compare-and-set survives reading;
+    down drops the columns keeping the rows, up restores them empty."""
+    from app.domain.state import LayoutState
+
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0002")
+    _seed_at_0002(empty_url)
+    command.upgrade(config, "0006_manifest_deltas")
+    upgrade_head(empty_url)
+    engine = create_engine(empty_url)
+    try:
+        with Session(engine) as db:
+            found = repo.load_session_state(db, "s1")
+            assert found is not None
+            loaded = found[0].layout
+            assert loaded == LayoutState(version=0, cut_seq=7, deferred=(), shown_upto=0)
+            moved = loaded.advanced(deferred=(12, 9), shown_upto=5)
+            assert moved == LayoutState(version=1, cut_seq=7, deferred=(9, 12), shown_upto=5)
+            assert repo.compare_and_set_layout(db, "s1", loaded, moved)
+            assert not repo.compare_and_set_layout(db, "s1", loaded, moved), "version 0 is gone"
+            db.commit()
+        with Session(engine) as db:
+            found = repo.load_session_state(db, "s1")
+            assert found is not None and found[0].layout == moved
+    finally:
+        engine.dispose()
+    command.downgrade(config, "0006_manifest_deltas")
+    engine = create_engine(empty_url)
+    assert {"deferred", "shown_upto"}.isdisjoint(c["name"] for c in inspect(engine).get_columns("layout_states"))
+    engine.dispose()
+    assert _rows(empty_url, "SELECT session_id, version, cut_seq FROM layout_states ORDER BY session_id") == [
+        ("s1", 1, 7), ("s2", 0, 0)]
+    upgrade_head(empty_url)
+    assert _rows(empty_url, "SELECT session_id, shown_upto FROM layout_states ORDER BY session_id") == [
+        ("s1", 0), ("s2", 0)]

@@ -151,3 +151,25 @@ def test_summarize_ratios_of_sums() -> None:
     assert s["grounding_via_handle"] == 1.0
     assert s["by_role"]["observations"] == 291
     assert summarize(records, Prices(), reference_input=None)["compression_ratio"] is None
+
+
+def test_stale_items_checks_the_manifest_item_not_the_text() -> None:
+    """Eq. 7 per item (issue 11): a superseded observation in the request counts unless its
+    manifest item says historical naming a write past the revision read."""
+    from app.domain.manifest import Item, Representation
+    from app.eval.metrics import Observation, stale_items
+
+    def item(call_id: str, zone: str | None, state: str, superseded_by: tuple[str, ...] = (), why: str = "") -> Item:
+        return Item(seq=1, event_id=call_id, kind="tool_result", representation=Representation.VERBATIM, why=why,
+                    zone=zone, call_id=call_id, state=state, superseded_by=superseded_by)
+
+    obs = [Observation("c1", "timeout: 30\n", (("config.yaml", 0),)), Observation("c2", "x\n", (("b.py", 0),))]
+    revisions = {"config.yaml": 1}
+    marked = {"c1": item("c1", "leaf", "historical", ("config.yaml@r1",)), "c2": item("c2", "leaf", "current")}
+    assert stale_items(obs, revisions, marked) == 0
+    unmarked = {"c1": item("c1", "leaf", "current", why="mentions config.yaml@r1")}
+    assert stale_items(obs, revisions, unmarked) == 1
+    wrong_write = {"c1": item("c1", "leaf", "historical", ("other.yaml@r1",))}
+    assert stale_items(obs, revisions, wrong_write) == 1
+    elided = {"c1": item("c1", None, "current")}
+    assert stale_items(obs, revisions, elided) == 0

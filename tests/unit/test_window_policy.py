@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from app.domain.assembly import NOTE_MAX_GROUPS, assemble_window, bound_group, build_turn_groups
 from app.domain.budget import Budget
 from app.domain.errors import NewestGroupOverBudget, PinnedOverBudget
+from app.domain.framing import unframe
 from app.domain.types import Constraint, Contract, MessageEvent, Session, StepEvent, ToolCall, ToolResultEvent
 from tests.unit.wordmeter import WordMeter
 
@@ -157,7 +158,8 @@ def test_item_cap_bounds_tool_output_head_tail() -> None:
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
     tool = [m for m in result.conversation.leaf if m.role == "tool"][0]
-    assert "t0r0w0 " in tool.content and tool.content.endswith("t0r0w499")
+    assert tool.content.startswith('<<<ctxd-data source="tool:bash" revision="unbound" trust="untrusted">>>\n')
+    assert "t0r0w0 " in unframe(tool.content) and unframe(tool.content).endswith("t0r0w499")
     elided = payload[len(words(50, "t0r0w")) : len(payload) - len(" ".join(f"t0r0w{i}" for i in range(450, 500)))]
     assert elided.startswith(" t0r0w50 ") and elided.endswith("t0r0w449 ")
     # the marker: size in lines and bytes of what is left out, and the handle with the lines to read
@@ -288,14 +290,15 @@ def eight_results_of_100_words(window: int):
 
 def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
     """input_limit 950: alone the eight results do not fit, so they share the observations
-    share (475 of 950) as head + tail, 59 or 60 words each; the request is 791 tokens."""
+    share (475 of 950) as head + tail, 59 or 60 words each; the request is 831 tokens."""
     result, events, _ = eight_results_of_100_words(1000)
     results = [i for i in result.items if i.kind == "tool_result"]
     kept_words = [i.tokens - i.elided_tokens for i in results]
     assert sorted(kept_words) == [59] * 5 + [60] * 3 and sum(kept_words) == 475
     assert all(i.representation == "head_tail" and "share 475 tokens" in i.why for i in results)
-    # 13 root + 79 trunk (contract + note) + assistant 4+2+8*4 + 8 results * (4 + 2 + kept + 17 marker) + 2
-    assert result.measurement.total == 13 + 79 + 38 + 8 * 23 + 475 + 2 == 791
+    # 13 root + 79 trunk (contract + note) + assistant 4+2+8*4
+    # + 8 results * (4 + 2 + kept + 17 marker + 5 frame words: app/domain/framing.py) + 2
+    assert result.measurement.total == 13 + 79 + 38 + 8 * (23 + 5) + 475 + 2 == 831
     by_call = {e.call_id: e for e in events if isinstance(e, ToolResultEvent)}
     for message in (m for m in result.conversation.leaf if m.role == "tool"):
         assert by_call[message.call_id].handle in message.content and "elided by ctxd" in message.content
@@ -303,11 +306,12 @@ def test_newest_group_over_input_limit_is_bounded_as_a_whole() -> None:
 
 
 def test_newest_group_bounded_to_the_room_left_when_below_the_share() -> None:
-    """The same group with input_limit 550: the room left by the pinned content (234 words
-    for the results) is below the observations share (275); the request uses it exactly."""
+    """The same group with input_limit 550: the room left by the pinned content and the
+    eight frames (5 words each: 234 - 40 = 194 words for the results) is below the
+    observations share (275); the request uses it exactly."""
     result, _, budget = eight_results_of_100_words(600)
     kept_words = [i.tokens - i.elided_tokens for i in result.items if i.kind == "tool_result"]
-    assert sum(kept_words) == 234 and max(kept_words) - min(kept_words) <= 1
+    assert sum(kept_words) == 194 and max(kept_words) - min(kept_words) <= 1
     assert result.measurement.total == budget.input_limit == 550
 
 
@@ -321,22 +325,22 @@ def test_single_oversized_result_goes_behind_its_handle_before_crossing_input_li
     (item,) = [i for i in result.items if i.kind == "tool_result"]
     assert item.representation == "head_tail" and item.tokens == 2000
     tool = next(m for m in result.conversation.leaf if m.role == "tool")
-    assert events[1].handle in tool.content and tool.content.startswith("exit_code: 0\nt0r0w0 ")
-    assert tool.content.endswith("t0r0w1999")
+    assert events[1].handle in tool.content and unframe(tool.content).startswith("exit_code: 0\nt0r0w0 ")
+    assert unframe(tool.content).endswith("t0r0w1999")
 
 
 def test_newest_group_that_cannot_fit_is_a_422_naming_it() -> None:
     """A 1000-word assistant text: system 6 + tools 7 + trunk 25 + assistant 4 + 1000 + call 4
-    + result (4 + 'exit_code: 0' + 3 words, shorter than its marker, so verbatim) 9 +
-    generation 2 = 1057 tokens, 507 over input_limit 550."""
+    + result (4 + 'exit_code: 0' + 3 words, shorter than its marker, so verbatim) 9 + its
+    frame 5 + generation 2 = 1062 tokens, 512 over input_limit 550."""
     events = with_text(session_events([[3]]), "a0", words(1000, "x"))
     budget = Budget(window=600, output_reserve=50, headroom=0)
     with pytest.raises(NewestGroupOverBudget) as info:
         assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
     extra = info.value.extra
     assert (extra["seq"], extra["seqs"], extra["event_ids"]) == (1, [1, 2], ["a0", "r0-0"])
-    assert (extra["total"], extra["over_by"], extra["input_limit"]) == (1057, 507, 550)
-    assert "seq 1" in info.value.detail and "a0, r0-0" in info.value.detail and "507 over" in info.value.detail
+    assert (extra["total"], extra["over_by"], extra["input_limit"]) == (1062, 512, 550)
+    assert "seq 1" in info.value.detail and "a0, r0-0" in info.value.detail and "512 over" in info.value.detail
 
 
 @pytest.mark.parametrize("later", [
