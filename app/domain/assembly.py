@@ -722,13 +722,31 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
     return items
 
 
-def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | None, shown: str,
-                       summary: dict[str, int] | None) -> Item:
+def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | None, shown: Callable[[], str],
+                       summary: dict[str, int] | None, memo: dict[Any, Any] | None = None) -> Item:
     """A tool result's ``item`` with its state under ``plan`` (:func:`_invalidation_fields`;
-    itself when the plan says nothing of it)."""
+    ``shown()``: its text before the plan, read only when the plan chose a representation
+    for it); itself when the plan says nothing of it. ``memo`` (its group view's): an item
+    whose state comes without a choice is the same object from GET to GET (its manifest
+    entry then too)."""
     if item.seq not in plan.states:
         return item
-    fields = _invalidation_fields(item.seq, plan, meter, shown, summary)
+    if meter is None or summary is None or plan.choices.get(item.seq) is None:
+        fields = _invalidation_fields(item.seq, plan, None, "", None)  # the state alone
+        try:
+            key: Any = (id(item), tuple(fields.items()))
+            hash(key)
+        except TypeError:
+            key = None
+        if memo is not None and key is not None:
+            held = memo.get(key)
+            if held is not None and held[0] is item:
+                return held[1]  # type: ignore[no-any-return]
+        out = replace(item, **fields) if fields else item
+        if memo is not None and key is not None:
+            memo[key] = (item, out)
+        return out
+    fields = _invalidation_fields(item.seq, plan, meter, shown(), summary)
     return replace(item, **fields) if fields else item
 
 
@@ -743,7 +761,7 @@ class _GroupView:
     count learnt later changes the items only. Invalidation is applied per request, on top
     (``apply_invalidation``, ``_with_invalidation``)."""
 
-    __slots__ = ("events", "messages", "_bounded", "_items", "_warnings")
+    __slots__ = ("events", "messages", "_bounded", "_items", "_warnings", "invalidated")
 
     def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
                  counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
@@ -752,6 +770,7 @@ class _GroupView:
         self._bounded: dict[tuple[int | None, ...], dict[str, BoundedResult]] = {counts: bounded}
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
+        self.invalidated: dict[Any, Any] = {}  # _with_invalidation's memo
 
     def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...],
               bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Item, ...]:
@@ -1016,8 +1035,8 @@ def assemble_window(
         group, view = groups[index], views[index]
         if index < k:
             evicted = view.items(group, EVICTED, known_counts[index], bindings)
-            elided.extend(_with_invalidation(i, plan, None, "", None) if i.kind == "tool_result" and i.seq in states
-                          else i for i in evicted)
+            elided.extend(_with_invalidation(i, plan, None, str, None, view.invalidated)
+                          if i.kind == "tool_result" and i.seq in states else i for i in evicted)
             continue
         if fitted is not None and index == newest:
             seqs = set(group.seqs)
@@ -1032,8 +1051,9 @@ def assemble_window(
             continue
         for item in group_items:
             if item.kind == "tool_result" and item.zone == "leaf" and item.seq in states:
-                shown = next((m.content for m in raw_groups[index] if m.role == "tool" and m.seq == item.seq), "")
-                item = _with_invalidation(item, plan, meter, shown, summary)
+                item = _with_invalidation(item, plan, meter, lambda seq=item.seq, index=index: next(
+                    (m.content for m in raw_groups[index] if m.role == "tool" and m.seq == seq), ""), summary,
+                    view.invalidated)
                 if item.state == "current":
                     presented.update(x for x in item.bindings if "@r" in x)
             items.append(item)
