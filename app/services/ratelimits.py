@@ -1,5 +1,7 @@
-"""Per-tenant request rate limits (issue 12) on the ``limits`` library (MIT): a sliding
-window counter per tenant, in Redis when ``CTXD_REDIS_URL`` is set (shared by every worker),
+"""Per-tenant request rate limits (issue 12) on the ``limits`` library (MIT): a moving
+window per tenant (exact: ``Retry-After`` is when the oldest counted request leaves the
+window, so a client that waits it is admitted; the sliding-window counter's weighted
+estimate refused such a client under load), in Redis when ``CTXD_REDIS_URL`` is set (shared by every worker),
 in process otherwise.
 
 When Redis cannot be reached the request is admitted (the limit protects the service, an
@@ -14,7 +16,7 @@ import time
 
 from limits import RateLimitItem, parse_many
 from limits.storage import Storage, storage_from_string
-from limits.strategies import SlidingWindowCounterRateLimiter
+from limits.strategies import MovingWindowRateLimiter
 
 from app.domain.errors import RateLimited
 
@@ -32,7 +34,7 @@ class TenantRateLimiter:
         uri = redis_url or "memory://"
         options = {"key_prefix": namespace} if redis_url else {}
         self.storage: Storage = storage_from_string(uri, **options)
-        self.limiter = SlidingWindowCounterRateLimiter(self.storage)
+        self.limiter = MovingWindowRateLimiter(self.storage)
 
     def check(self, tenant_id: str) -> None:
         """Count one request of ``tenant_id``. Raises RateLimited when a limit is exceeded."""
