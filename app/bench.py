@@ -25,9 +25,11 @@ per-session ``prompt_cache_key``, token total and zones).
   offsets (``HFChatMeter._heads``) and the per-payload token counts
   (``HFChatMeter.count_text``, a byte-bounded memo) and the previous request's encoding
   (``HFChatMeter._recent``). The assembly memo (:mod:`app.services.memo`: parsed events,
-  per-group leaf messages, the previous request's ids for prefix-reuse prediction) is
-  kept in every mode, as on a running server, so the rest of the GET does the same work
-  in all three; so is the native render (a rendering technique, not a cache).
+  per-group leaf messages and manifest items, what the renderer and the wire format
+  derived from each leaf message (``LeafMessage.memo``), the previous request's ids for
+  prefix-reuse prediction) is kept in every mode, as on a running server, so the rest of
+  the GET does the same work in all three; so is the native render (a rendering
+  technique, not a cache).
 * **naive**: what ctxd would cost without its counting machinery: the meter is replaced
   by :class:`NaiveMeter`, which counts every measurement with one full
   ``tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=True,

@@ -10,6 +10,7 @@ file, 3 the server could not be reached.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -56,6 +57,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"error: invalid CTXD_ setting(s): {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # the app decides whether API keys are required (CTXD_AUTH=auto) from the bind address
+    os.environ["CTXD_HOST"] = args.host
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -105,6 +108,58 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _keys_db() -> Any:
+    from app.settings import Settings
+    from app.store.db import make_engine, make_session_factory
+    from app.store.migrate import upgrade_head
+
+    url = Settings().effective_database_url
+    upgrade_head(url)
+    return make_session_factory(make_engine(url))
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    """``keys create`` prints only the key (once: it is never stored); ``revoke`` and ``list``
+    report on stderr / stdout."""
+    from app.domain.errors import InvalidParameter
+    from app.services import tenancy
+    from app.store.db import unit_of_work
+
+    factory = _keys_db()
+    with unit_of_work(factory) as db:
+        if args.keys_command == "create":
+            try:
+                key_id, key = tenancy.create_key(db, args.tenant)
+            except InvalidParameter as exc:
+                print(f"error: {exc.detail}", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            print(key)
+            print(f"created key {key_id} for tenant {args.tenant!r}; it is shown only this once", file=sys.stderr)
+            return EXIT_OK
+        if args.keys_command == "revoke":
+            if not tenancy.revoke_key(db, args.key):
+                print(f"error: no active key {tenancy.key_id_of(args.key)!r}", file=sys.stderr)
+                return EXIT_FAILED
+            print(f"revoked key {tenancy.key_id_of(args.key)}", file=sys.stderr)
+            return EXIT_OK
+        for key in tenancy.list_keys(db):
+            print(f"{key['key_id']}  tenant={key['tenant']}  created={key['created_at']}"
+                  + (f"  revoked={key['revoked_at']}" if key["revoked_at"] else ""))
+    return EXIT_OK
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from app.services.tenancy import prune_manifests
+    from app.settings import Settings
+    from app.store.db import unit_of_work
+
+    days = args.days if args.days is not None else Settings().manifest_retention_days
+    with unit_of_work(_keys_db()) as db:
+        n = prune_manifests(db, retention_days=days)
+    print(f"{n} manifest(s) deleted" + ("" if days > 0 else " (retention is 0: every manifest is kept)"))
+    return EXIT_OK
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -130,6 +185,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             fmt=args.format,
             progress=not args.quiet,
             timeout=args.timeout,
+            api_key=args.api_key,
         )
     except (TrajectoryFormatError, OSError) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -288,6 +344,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
     p.set_defaults(handler=_cmd_migrate)
 
+    p = sub.add_parser("keys", help="create, revoke and list API keys (the database of the CTXD_ settings)",
+                       description="API keys (sent as 'Authorization: Bearer <key>'). With CTXD_AUTH=auto they are "
+                                   "required unless ctxd serves on a loopback address.")
+    keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    k = keys.add_parser("create", help="create a key for a tenant (created if new); prints only the key, once")
+    k.add_argument("--tenant", required=True, help="tenant name (1-64 of [A-Za-z0-9._-]); 'default' owns the "
+                                                   "sessions made without a key")
+    k = keys.add_parser("revoke", help="revoke a key (its id, or the whole key)")
+    k.add_argument("key", help="the key id (12 hex, the part after ctxd_) or the whole key")
+    keys.add_parser("list", help="key ids, tenants, creation and revocation times (never the keys)")
+    p.set_defaults(handler=_cmd_keys)
+
+    p = sub.add_parser("prune", help="delete manifests older than the retention (CTXD_MANIFEST_RETENTION_DAYS)")
+    p.add_argument("--days", type=float, default=None, help="retention in days (default: the setting)")
+    p.set_defaults(handler=_cmd_prune)
+
     p = sub.add_parser(
         "replay",
         help="replay a mini-swe-agent trajectory against a running server",
@@ -309,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-call table")
     p.add_argument("--json-out", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--timeout", type=float, default=120.0, help="HTTP timeout in seconds (default: %(default)s)")
+    p.add_argument("--api-key", default=os.environ.get("CTXD_API_KEY") or None, metavar="KEY",
+                   help="API key for a server that requires keys (default: $CTXD_API_KEY)")
     p.set_defaults(handler=_cmd_replay)
 
     p = sub.add_parser(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
 from app.api import problems
 from app.api.middleware import RequestContext
 from app.api.routes import ops, v1
+from app.api.routes import tenancy as tenancy_routes
 from app.observability import metrics
 from app.observability.logs import configure_logging
 from app.settings import Settings, offline_environment
@@ -50,6 +51,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             token_cache = LocalLRUCache(settings.local_cache_bytes)
         meter_registry = MeterRegistry(token_cache)
+        from app.services.ratelimits import TenantRateLimiter
+
+        app.state.rate_limiter = TenantRateLimiter(settings.rate_limit, redis_url=settings.redis_url)
         app.state.token_cache = token_cache
         app.state.settings = settings
         app.state.engine = engine
@@ -72,11 +76,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 app.state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
+        stop_pruning = threading.Event()
+        if settings.manifest_retention_days > 0:
+            from app.services.tenancy import prune_manifests
+            from app.store.db import unit_of_work
+
+            def prune() -> None:  # hourly manifest retention (issue 12)
+                while not stop_pruning.is_set():
+                    try:
+                        with unit_of_work(app.state.session_factory) as db:
+                            n = prune_manifests(db, retention_days=settings.manifest_retention_days)
+                        if n:
+                            log.info("manifest retention: %d manifest(s) deleted", n)
+                    except Exception:
+                        log.exception("manifest retention failed; retrying in an hour")
+                    stop_pruning.wait(3600)
+
+            threading.Thread(target=prune, name="ctxd-manifest-retention", daemon=True).start()
         log.info("ctxd ready: data directory %s, database %s, profiles %s", settings.data_dir,
                  engine.url.render_as_string(hide_password=True), registry.names())
         try:
             yield
         finally:
+            stop_pruning.set()
             engine.dispose()
 
     app = FastAPI(
@@ -90,7 +112,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(v1.router)
+    app.include_router(tenancy_routes.router)
     app.include_router(ops.router)
+    from app.api.auth import AuthMiddleware
+
+    app.add_middleware(AuthMiddleware)  # API keys, tenant scope, rate limits: before any body is read
+    from app.api.openapi_links import add_links
+
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:  # the generated document with its links (stateful clients)
+        if app.openapi_schema is None:
+            add_links(generate())
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     app.add_middleware(RequestContext)  # request id, HTTP metrics, unexpected errors as a logged 500
 

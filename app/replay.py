@@ -244,11 +244,12 @@ def run_replay(
     client: httpx.Client | None = None,
     progress: bool = True,
     timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+    api_key: str | None = None,
 ) -> ReplayReport:
     """Replay the trajectory at ``path`` against the server at ``base_url``.
 
     ``client``: an ``httpx.Client`` to use (not closed here); by default one is
-    made with ``timeout``. ``base_url`` may be ``""`` when ``client`` has its own
+    made with ``timeout`` (and ``api_key`` sent as ``Authorization: Bearer``). ``base_url`` may be ``""`` when ``client`` has its own
     base URL. ``progress`` shows a rich progress bar on stderr.
 
     Raises ``TrajectoryFormatError`` / ``OSError`` (bad file), ``ReplayConnectionError``
@@ -261,7 +262,8 @@ def run_replay(
     own_client = client is None
     if not isinstance(timeout, httpx.Timeout):
         timeout = httpx.Timeout(timeout, connect=min(5.0, timeout))
-    http = client if client is not None else httpx.Client(timeout=timeout)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    http = client if client is not None else httpx.Client(timeout=timeout, headers=headers)
     rows: list[CallRow] = []
     posted = 0
     try:

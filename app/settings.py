@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +51,29 @@ class Settings(BaseSettings):
         "Redis socket timeout in seconds; past it ctxd encodes locally (counted, never an error)"))
     redis_ttl_seconds: int = Field(default=7 * 24 * 3600, gt=0, description=(
         "lifetime of a cached segment in Redis, in seconds"))
+    auth: Literal["auto", "required", "off"] = Field(default="auto", description=(
+        "API keys (Authorization: Bearer): auto = off when serving on a loopback address (CTXD_HOST), required "
+        "otherwise; required; off (every caller is the default tenant)"))
+    host: str = Field(default="127.0.0.1", description=(
+        "the address ctxd serves on (`ctxd serve --host` sets it); with CTXD_AUTH=auto keys are required unless it "
+        "is a loopback address, and on any connection that arrives on a non-loopback address"))
+    rate_limit: str = Field(default="20000/minute", description=(
+        "per-tenant request rate limit in the `limits` notation, several separated by ';' (e.g. 600/minute;50/second); "
+        "over it: 429 with Retry-After. Counted in Redis when CTXD_REDIS_URL is set, in process otherwise; empty: none"))
+    storage_quota_bytes: int = Field(default=10 * 1024**3, ge=0, description=(
+        "per-tenant storage quota in bytes: the payloads its sessions posted, each counted every time it is posted "
+        "(as if not deduplicated); a batch that would exceed it answers 429 and stores nothing; 0: none"))
+    max_json_depth: int = Field(default=64, ge=2, description=(
+        "deepest nesting of arrays and objects in a JSON body; deeper answers 422 naming the place"))
+    max_string_chars: int = Field(default=1024 * 1024, ge=1, description=(
+        "longest string (or object key) of a JSON body, in characters, but the event payload fields (payload, content, "
+        "reasoning, tool-call arguments), bounded by CTXD_MAX_PAYLOAD_BYTES instead; longer answers 422"))
+    redact_secrets: bool = Field(default=True, description=(
+        "redact credentials (cloud keys, private key blocks, API tokens, passwords in URLs, secret assignments) in "
+        "message text, tool-call arguments and tool outputs at ingest; the raw payload stays whole behind its handle"))
+    manifest_retention_days: float = Field(default=0, ge=0, description=(
+        "delete persisted manifests older than this many days (hourly, and `ctxd prune`); the newest manifest of "
+        "each session and format, and what kept manifests are rebuilt from, stay; 0: keep every manifest"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import glob
 import itertools
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,9 @@ def _add_arguments(parser: Any) -> None:
                         help="model calls per replayed session before starting a new one (0 = whole trace)")
     parser.add_argument("--ctxd-think", type=float, env_var="CTXD_LOAD_THINK", default=0.0,
                         help="seconds to wait after each GET (stands in for the model call)")
+    parser.add_argument("--ctxd-api-key", type=str, env_var="CTXD_API_KEY", default="",
+                        help="API key sent as 'Authorization: Bearer' (ctxd keys create --tenant NAME; needed when "
+                             "the server requires keys: CTXD_AUTH); a file path is read")
 
 
 class _Plans:
@@ -122,6 +126,12 @@ class AgentReplayUser(HttpUser):
         self.fmt = getattr(opts, "ctxd_format", "openai") if opts else "openai"
         self.max_calls = int(getattr(opts, "ctxd_max_calls", 0) or 0) if opts else 0
         self.think = float(getattr(opts, "ctxd_think", 0.0) or 0.0) if opts else 0.0
+        key = (getattr(opts, "ctxd_api_key", "") or "") if opts else ""
+        if key and os.path.isfile(key):  # compose provisions the key into a file
+            with open(key, encoding="utf-8") as f:
+                key = f.read().strip()
+        if key:
+            self.client.headers["Authorization"] = f"Bearer {key}"
         try:
             PLANS.load(getattr(opts, "ctxd_traces", "") if opts else "", self.profile)
         except Exception as exc:  # a bad trace path: report once per user and stop it

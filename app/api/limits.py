@@ -12,6 +12,7 @@ A pure ASGI middleware, so that a body over the limit is never buffered:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -66,3 +67,59 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+class MalformedJson(HTTPException):
+    """A JSON body that does not parse: 400 problem+json with where it broke (issue 12 item 6)."""
+
+    def __init__(self, error: ValueError) -> None:
+        where = {}
+        if isinstance(error, json.JSONDecodeError):
+            where = {"line": error.lineno, "column": error.colno, "position": error.pos}
+            detail = f"the body is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        else:
+            detail = f"the body is not valid JSON: {error}"
+        super().__init__(400, detail)
+        self.extra: dict[str, Any] = where
+
+
+#: Event fields whose size CTXD_MAX_PAYLOAD_BYTES bounds (413), not CTXD_MAX_STRING_CHARS.
+PAYLOAD_FIELDS = frozenset({"payload", "content", "reasoning"})
+
+
+def _payload_field(loc: tuple[Any, ...]) -> bool:
+    """``events[i].payload|content|reasoning`` and ``events[i].tool_calls[j].arguments``."""
+    if len(loc) < 3 or loc[0] != "events" or not isinstance(loc[1], int):
+        return False
+    return (len(loc) == 3 and loc[2] in PAYLOAD_FIELDS) or (
+        len(loc) == 5 and loc[2] == "tool_calls" and isinstance(loc[3], int) and loc[4] == "arguments")
+
+
+def json_shape_problem(value: Any, *, max_depth: int, max_string_chars: int) -> tuple[tuple[Any, ...], str, str] | None:
+    """``(loc, error type, message)`` of the first place where ``value`` (a parsed JSON body)
+    nests arrays and objects deeper than ``max_depth`` or holds a string (or key) longer than
+    ``max_string_chars`` characters (event payload fields aside: :func:`_payload_field`), or
+    None. ``loc`` is relative to the body, as pydantic reports it."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        loc, item = stack.pop()
+        if isinstance(item, str):
+            if len(item) > max_string_chars and not _payload_field(loc):
+                return loc, "string_too_long", (f"string of {len(item):,} characters exceeds the limit of "
+                                                f"{max_string_chars:,} (setting CTXD_MAX_STRING_CHARS)")
+            continue
+        if not isinstance(item, (dict, list)):
+            continue
+        if len(loc) + 1 > max_depth:
+            return loc, "json_too_deep", (f"arrays and objects nest deeper than {max_depth} levels here "
+                                          "(setting CTXD_MAX_JSON_DEPTH)")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if len(key) > max_string_chars:
+                    return loc + (key[:40] + "…",), "string_too_long", (
+                        f"object key of {len(key):,} characters exceeds the limit of {max_string_chars:,} "
+                        "(setting CTXD_MAX_STRING_CHARS)")
+                stack.append((loc + (key,), child))
+        else:
+            stack.extend((loc + (i,), child) for i, child in enumerate(item))
+    return None

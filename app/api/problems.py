@@ -36,6 +36,10 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.PreconditionFailed: 409,
     errors.ServerFault: 500,
     errors.PayloadTooLarge: 413,
+    errors.Unauthorized: 401,
+    errors.RateLimited: 429,
+    errors.StorageQuotaExceeded: 429,
+    errors.InvalidParameter: 422,
 }
 
 
@@ -67,6 +71,16 @@ def status_for(exc: errors.DomainError) -> int:
     return 400
 
 
+def problem_headers(status: int, extra: dict[str, Any]) -> dict[str, str]:
+    """HTTP headers a problem of ``status`` carries: ``WWW-Authenticate: Bearer`` on a 401
+    (RFC 6750), ``Retry-After`` (whole seconds) on a 429 whose ``extra`` has ``retry_after``."""
+    if status == 401:
+        return {"WWW-Authenticate": 'Bearer realm="ctxd"'}
+    if status == 429 and extra.get("retry_after") is not None:
+        return {"Retry-After": str(int(extra["retry_after"]))}
+    return {}
+
+
 def install(app: FastAPI) -> None:
     """Install the handlers. Unexpected exceptions are not handled here: the request
     middleware (``app/api/middleware.py``) answers them with a logged 500 and keeps the
@@ -77,7 +91,9 @@ def install(app: FastAPI) -> None:
         status = status_for(exc)
         if status >= 500:
             log.error("%s on %s %s: %s", exc.title, request.method, request.url.path, exc.detail)
-        return problem(status, exc.title, exc.detail, instance=request.url.path, **exc.extra)
+        response = problem(status, exc.title, exc.detail, instance=request.url.path, **exc.extra)
+        response.headers.update(problem_headers(status, exc.extra))
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -92,7 +108,31 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {404: "Not found", 405: "Method not allowed", 413: "Request body too large"}.get(exc.status_code,
+        title = {400: "Malformed JSON", 404: "Not found", 405: "Method not allowed",
+                 413: "Request body too large"}.get(exc.status_code,
                                                                                                 "HTTP error")
         return problem(exc.status_code, title, str(exc.detail), instance=request.url.path,
                        **getattr(exc, "extra", {}))
+
+
+#: What each error status means on ctxd's routes (the OpenAPI ``responses`` of each route
+#: list those it can answer: :func:`documented`).
+DESCRIPTIONS: dict[int, str] = {
+    400: "The body is not valid JSON",
+    401: "Missing or invalid API key (when keys are required: CTXD_AUTH)",
+    404: "Not found (or another tenant's: indistinguishable)",
+    409: "Conflict",
+    413: "Payload or request body too large",
+    416: "Range not satisfiable",
+    422: "Invalid input",
+    429: "Rate limit or storage quota exceeded (Retry-After on rate limits)",
+    503: "Temporarily unavailable; retry",
+}
+#: Every /v1 route can answer these: the key check and the rate limit run first (app/api/auth.py).
+COMMON = (401, 422, 429)
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for a route answering ``codes`` (plus :data:`COMMON`) as problem+json."""
+    return {code: {"description": DESCRIPTIONS[code], "content": {PROBLEM_JSON: {}}}
+            for code in sorted({*COMMON, *codes})}

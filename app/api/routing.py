@@ -10,6 +10,10 @@ string or path that is not valid UTF-8 is a 422 naming ``["body"]``, ``["query",
 or ``["path"]`` (instead of the 400, or the silent U+FFFD, it would otherwise get); so is
 a path holding a NUL (PostgreSQL text cannot hold one; identifiers in bodies are checked
 by their schema, app/api/schemas.py).
+
+Issue 12: a JSON body that does not parse is a 400 problem+json (line, column); one nested
+deeper than ``CTXD_MAX_JSON_DEPTH`` or holding a string longer than ``CTXD_MAX_STRING_CHARS``
+(event payload fields aside: ``CTXD_MAX_PAYLOAD_BYTES``, 413) is a 422 naming the place.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.api.limits import MalformedJson, json_shape_problem
 from app.domain.text import first_surrogate, printable_loc
 
 UNICODE_ERROR = "string_unicode"
@@ -44,9 +49,8 @@ class _ParsedRequest(Request):
         return self._checked_value
 
 
-def _invalid(loc: tuple[Any, ...], msg: str) -> RequestValidationError:
-    return RequestValidationError([{"type": UNICODE_ERROR, "loc": tuple(printable_loc(loc)), "msg": msg,
-                                    "input": None}])
+def _invalid(loc: tuple[Any, ...], msg: str, *, kind: str = UNICODE_ERROR) -> RequestValidationError:
+    return RequestValidationError([{"type": kind, "loc": tuple(printable_loc(loc)), "msg": msg, "input": None}])
 
 
 def _check_query(raw: bytes) -> None:
@@ -97,10 +101,18 @@ async def checked_request(request: Request) -> Request:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _invalid(("body",), f"the body is not valid UTF-8 (byte {exc.start})") from None
+    settings = request.app.state.settings
     try:
         value = json.loads(text.removeprefix("\ufeff"))
-    except (ValueError, RecursionError):
-        return request  # FastAPI reports the JSON error itself
+    except ValueError as exc:
+        raise MalformedJson(exc) from None
+    except RecursionError:  # valid JSON nested beyond the parser's stack: over any depth limit
+        raise _invalid(("body",), f"arrays and objects nest deeper than {settings.max_json_depth} levels "
+                                  "(setting CTXD_MAX_JSON_DEPTH)", kind="json_too_deep") from None
+    shape = json_shape_problem(value, max_depth=settings.max_json_depth, max_string_chars=settings.max_string_chars)
+    if shape is not None:
+        loc, kind, message = shape
+        raise _invalid(("body", *loc), message, kind=kind)
     found = first_surrogate(value, ("body",))
     if found is not None:
         loc, at = found

@@ -494,3 +494,43 @@ class PreconditionOut(BaseModel):
     revision: int
     content_hash: str | None = None
     holds: Literal[True] = True
+
+
+# --- issue 12: tenancy and lifecycle ----------------------------------------------------
+
+class SessionSummary(BaseModel):
+    id: str
+    profile: str
+    model: str | None = Field(description="the session's own model for its bodies; null: the profile's")
+    last_seq: int
+    created_at: str
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+
+
+class SessionDeleted(BaseModel):
+    id: str
+    payloads_deleted: int = Field(description="payloads no other session referenced, now gone")
+    payloads_kept: int = Field(description="payloads of this session that another session still references")
+
+
+class ProfileOut(BaseModel):
+    name: str
+    model: str
+    tokenizer: dict[str, Any]
+    window: int = Field(description="context window W, tokens")
+    output_reserve: int = Field(description="O, tokens")
+    headroom: int = Field(description="M, tokens")
+    input_limit: int = Field(description="W - O - M, tokens (eq. 1)")
+    item_cap_tokens: int
+    render_reasoning: bool
+    cache: dict[str, Any]
+    prices: dict[str, float]
+
+
+class ProfileList(BaseModel):
+    default: str
+    profiles: list[ProfileOut]

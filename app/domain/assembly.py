@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -45,6 +46,7 @@ from app.domain.manifest import (
     WriteRef,
 )
 from app.domain.notes import note_items
+from app.domain.redaction import redaction_transform
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
@@ -59,7 +61,7 @@ from app.domain.types import (
 )
 
 _SEQ = attrgetter("seq")
-
+_HANDLE = attrgetter("handle")
 SHORT_HANDLE = 12  # hex chars of a handle printed in breadcrumbs (48 bits; the API resolves prefixes)
 
 
@@ -115,37 +117,102 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
     assistant message without calls is a group of its own. Returns the groups, the
     latest step (shown at the end of the leaf) and the artifact writes (bookkeeping).
     """
-    messages: list[MessageEvent] = []
-    owner: dict[str, int] = {}
-    got: list[dict[str, ToolResultEvent]] = []
-    step: StepEvent | None = None
-    writes: list[ArtifactWriteEvent] = []
-    for event in sorted(events, key=_SEQ):
-        if isinstance(event, MessageEvent):
-            index = len(messages)
-            messages.append(event)
-            got.append({})
-            for call in event.tool_calls:
-                owner[call.call_id] = index
-        elif isinstance(event, ToolResultEvent):
-            index = owner.get(event.call_id, -1)
-            if index >= 0:  # ingestion guarantees it; stay total anyway
-                got[index][event.call_id] = event
-        elif isinstance(event, StepEvent):
-            step = event
-        elif isinstance(event, ArtifactWriteEvent):
-            writes.append(event)
-        # hypothesis and obligation events are not rendered in the leaf (README "Hypotheses
-        # and obligations"): the progress record carries their current values
-    out = []
-    for message, results in zip(messages, got):
-        if not message.tool_calls:
-            out.append(TurnGroup(message=message))
-            continue
-        ordered = tuple(results[c.call_id] for c in message.tool_calls if c.call_id in results)
-        pending = tuple(c.call_id for c in message.tool_calls if c.call_id not in results)
-        out.append(TurnGroup(message=message, results=ordered, pending=pending))
-    return out, step, writes
+    grouping = _Grouping()
+    grouping.extend(sorted(events, key=_SEQ))
+    return list(grouping.groups), grouping.step, list(grouping.writes)
+
+
+def cached_turn_groups(events: Sequence[Event], cache: MutableMapping[Any, Any]) -> list[TurnGroup]:
+    """:func:`build_turn_groups`' groups, through the grouping kept in ``cache`` (a session's
+    leaf cache: the one :func:`assemble_window` extends from GET to GET)."""
+    return list(_Grouping.of(events, cache).groups)
+
+
+class _Grouping:
+    """:func:`build_turn_groups`, kept up to date as events are appended: a session's events
+    only grow (dense seqs), so a GET groups only the events the previous one had not seen.
+    A group a new result completes is rebuilt; the others stay the same objects. A grouping
+    in a cache is never changed (another thread may be reading it): it is copied, then
+    extended."""
+
+    __slots__ = ("seen", "last_seq", "messages", "firsts", "owner", "got", "groups", "step", "steps", "writes")
+
+    def __init__(self) -> None:
+        self.seen: list[Event] = []
+        self.last_seq = -1
+        self.messages: list[MessageEvent] = []
+        self.firsts: list[int] = []  # each group's first seq (its message's), increasing
+        self.owner: dict[str, int] = {}
+        self.got: list[dict[str, ToolResultEvent]] = []
+        self.groups: list[TurnGroup] = []
+        self.step: StepEvent | None = None
+        self.steps: list[StepEvent] = []  # every step, the latest last
+        self.writes: list[ArtifactWriteEvent] = []
+
+    def extend(self, events: Sequence[Event]) -> None:
+        """Add ``events`` (in seq order, after every event seen so far)."""
+        touched: set[int] = set()
+        for event in events:
+            if isinstance(event, MessageEvent):
+                index = len(self.messages)
+                self.messages.append(event)
+                self.firsts.append(event.seq)
+                self.got.append({})
+                self.groups.append(TurnGroup(message=event))
+                for call in event.tool_calls:
+                    self.owner[call.call_id] = index
+                if event.tool_calls:
+                    touched.add(index)
+            elif isinstance(event, ToolResultEvent):
+                index = self.owner.get(event.call_id, -1)
+                if index >= 0:  # ingestion guarantees it; stay total anyway
+                    self.got[index] = {**self.got[index], event.call_id: event}  # copied: shared with older copies
+                    touched.add(index)
+            elif isinstance(event, StepEvent):
+                self.step = event
+                self.steps.append(event)
+            elif isinstance(event, ArtifactWriteEvent):
+                self.writes.append(event)
+            # hypothesis and obligation events are not rendered in the leaf (README "Hypotheses
+            # and obligations"): the progress record carries their current values
+        for index in touched:
+            message, results = self.messages[index], self.got[index]
+            ordered = tuple(results[c.call_id] for c in message.tool_calls if c.call_id in results)
+            pending = tuple(c.call_id for c in message.tool_calls if c.call_id not in results)
+            self.groups[index] = TurnGroup(message=message, results=ordered, pending=pending)
+        self.seen.extend(events)
+        if events:
+            self.last_seq = events[-1].seq
+
+    def copy(self) -> _Grouping:
+        out = _Grouping()
+        out.seen, out.last_seq, out.messages = list(self.seen), self.last_seq, list(self.messages)
+        out.firsts = list(self.firsts)
+        out.owner, out.got, out.groups = dict(self.owner), list(self.got), list(self.groups)
+        out.step, out.steps, out.writes = self.step, list(self.steps), list(self.writes)
+        return out
+
+    @classmethod
+    def of(cls, events: Sequence[Event], cache: MutableMapping[Any, Any]) -> _Grouping:
+        """The grouping of ``events``: the one kept in ``cache`` when it has seen exactly
+        ``events``; that one extended when ``events`` starts with exactly the events it has
+        seen (the same objects, or equal ones) and goes on in increasing seq order; else
+        built afresh. The result is kept in ``cache``."""
+        kept: _Grouping | None = cache.get("turn groups")
+        if kept is not None and len(events) >= len(kept.seen) and events[:len(kept.seen)] == kept.seen:
+            new = events[len(kept.seen):]
+            if not new:
+                return kept
+            seqs = [kept.last_seq, *(e.seq for e in new)]
+            if all(a < b for a, b in zip(seqs, seqs[1:])):
+                grown = kept.copy()
+                grown.extend(new)
+                cache["turn groups"] = grown
+                return grown
+        fresh = cls()
+        fresh.extend(sorted(events, key=_SEQ))
+        cache["turn groups"] = fresh
+        return fresh
 
 
 def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int, *,
@@ -314,19 +381,28 @@ def call_warnings(session: Session, groups: Sequence[TurnGroup]) -> list[str]:
     (sent as :func:`~app.domain.layout.function_name` rewrites it), or arguments that are
     not a JSON object (sent wrapped, :func:`~app.domain.layout.tool_arguments`). The event
     log keeps what the agent reported."""
-    declared = {str(t.get("function", t).get("name")) for t in session.tools}
+    declared = declared_tools(session)
+    return [line for group in groups for line in group_call_warnings(group, declared)]
+
+
+def declared_tools(session: Session) -> frozenset[str]:
+    """The function names the session declares."""
+    return frozenset(str(t.get("function", t).get("name")) for t in session.tools)
+
+
+def group_call_warnings(group: TurnGroup, declared: frozenset[str]) -> list[str]:
+    """:func:`call_warnings` for one turn group, given the declared tool names."""
     out = []
-    for group in groups:
-        for call in group.message.tool_calls:
-            if declared and call.name not in declared:
-                out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
-            if function_name(call.name) != call.name:
-                out.append(f"seq {group.message.seq}: call {call.call_id} name {call.name!r} is not a valid function "
-                           f"name; sent as {function_name(call.name)!r}")
-            problem = arguments_problem(call.arguments)
-            if problem:
-                out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object ({problem}); "
-                           'sent wrapped as {"arguments": <the text>}')
+    for call in group.message.tool_calls:
+        if declared and call.name not in declared:
+            out.append(f"seq {group.message.seq}: call {call.call_id} names undeclared tool {call.name!r}")
+        if function_name(call.name) != call.name:
+            out.append(f"seq {group.message.seq}: call {call.call_id} name {call.name!r} is not a valid function "
+                       f"name; sent as {function_name(call.name)!r}")
+        problem = arguments_problem(call.arguments)
+        if problem:
+            out.append(f"seq {group.message.seq}: call {call.call_id} arguments are not a JSON object ({problem}); "
+                       'sent wrapped as {"arguments": <the text>}')
     return out
 
 
@@ -491,33 +567,50 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
     return out
 
 
+NOTES_KEPT = 8  # elision notes kept in a leaf cache (the cuts one GET's search tries, and the last one)
+
+
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
-                  step: StepEvent | None, sizes: Sizes,
-                  control: Sequence[str] = (), *,
-                  trunk: tuple[str, Mapping[str, bytes]] | None = None) -> tuple[Conversation, dict[str, bytes]]:
+                  step: StepEvent | None, sizes: Sizes, control: Sequence[str] = (),
+                  cache: MutableMapping[Any, Any] | None = None, *,
+                  record_trunk: tuple[str, Mapping[str, bytes]] | None = None) -> tuple[Conversation, dict[str, bytes]]:
     """The conversation with ``dropped`` elided, and the index payloads its note names.
     The note's argument previews and the step text have their ``control`` strings
     neutralised; the contract is verbatim (session create refuses one that spells any).
-    ``trunk``: the trunk text and its index payloads when a progress record replaces the
-    elision note (select); its record text has its control strings neutralised."""
-    if trunk is not None:
-        contract = render_contract(session.contract)
-        text = trunk[0]
-        rest = neutralise_control_text(text[len(contract):], control)[0] if text.startswith(contract) else \
-            neutralise_control_text(text, control)[0]
-        trunk_text, derived = (contract + rest if text.startswith(contract) else rest), dict(trunk[1])
+    ``cache``: the session's leaf cache, where the last few notes are kept with the
+    dropped groups they name (the same objects from GET to GET while the cut stays).
+    ``record_trunk``: the trunk text (contract + progress record) and its index payloads
+    when a progress record replaces the elision note (select); the record's text has its
+    control strings neutralised, and the note cache is not used."""
+    contract = render_contract(session.contract)
+    if record_trunk is not None:
+        text = record_trunk[0]
+        if text.startswith(contract):
+            trunk = contract + neutralise_control_text(text[len(contract):], control)[0]
+        else:
+            trunk = neutralise_control_text(text, control)[0]
+        derived = dict(record_trunk[1])
     else:
-        trunk_text = render_contract(session.contract)
-        note, derived = elision_note(dropped, sizes)
+        trunk = contract
+        notes: list[tuple[tuple[TurnGroup, ...], str, dict[str, bytes]]] = \
+            cache.setdefault("elision notes", []) if cache is not None else []
+        groups = tuple(dropped)
+        found = next((entry for entry in notes if len(entry[0]) == len(groups) and entry[0] == groups), None)
+        if found is None:
+            note, derived = elision_note(dropped, sizes)
+            found = (groups, neutralise_control_text(note, control)[0] if note else "", derived)
+            if cache is not None:
+                cache["elision notes"] = [found, *notes[:NOTES_KEPT - 1]]
+        note, derived = found[1], dict(found[2])
         if note:
-            trunk_text = trunk_text + "\n\n" + neutralise_control_text(note, control)[0]
+            trunk = trunk + "\n\n" + note
     leaf: list[LeafMessage] = []
     for messages in leaf_groups:
         leaf.extend(messages)
     if step is not None:
         text, broken = neutralise_control_text(step.text, control)
         leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
-    conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk_text,
+    conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
                                 leaf=tuple(leaf))
     return conversation, derived
 
@@ -527,13 +620,6 @@ def folded_why(seq: int, previous_cut_seq: int, cut_seq: int) -> str:
     if seq >= previous_cut_seq:
         return f"folded into the progress record by this request's pass (fold point seq {cut_seq})"
     return f"folded into the progress record by an earlier pass (fold point seq {previous_cut_seq} or before)"
-
-
-def _result_key(result: ToolResultEvent, bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Any, ...]:
-    """What a tool message's text depends on besides the meter and the cap."""
-    exception = result.conditions.get("exception_info") if result.conditions else None
-    return (result.seq, result.call_id, result.handle, result.payload, result.exit_code,
-            str(exception) if exception else None, bindings.get(result.seq, ()))
 
 
 def _invalidation_fields(seq: int, plan: InvalidationPlan, meter: TokenMeter | None, shown: str,
@@ -608,6 +694,182 @@ def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: 
     return tuple(out)
 
 
+KEPT = "kept"  # _group_items: the group is in the request
+EVICTED = "evicted"  # _group_items: the group is named in the elision note
+
+
+def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], messages: Sequence[LeafMessage],
+                 placement: str, bindings: Mapping[int, tuple[Binding, ...]],
+                 fitted: FittedGroup | None = None) -> list[Item]:
+    """The manifest items of ``group``'s events, before invalidation (which
+    :func:`_with_invalidation` adds per request): ``placement`` KEPT (in the leaf) or
+    EVICTED. ``bounded``: its results at the per-item cap (their sizes and counts);
+    ``bindings``: what each result read (by seq); ``fitted``: the newest group bounded as a
+    whole (its results' cuts). ``messages``: the group's leaf messages as the request
+    carries them (before invalidation), whose neutralised control strings become each
+    item's transform, followed by the redaction of secrets at ingest."""
+    neutralised = {m.seq: m.neutralised for m in messages if m.neutralised}
+    items: list[Item] = []
+    for event in (group.message, *group.results):
+        result = event if isinstance(event, ToolResultEvent) else None
+        b = bounded[result.handle] if result is not None else None
+        known: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind,
+                                 "handle": event.handle}
+        if result is not None and b is not None:
+            known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
+                      "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
+            if bindings.get(result.seq):
+                known["bindings"] = tuple(revision_attribute(bindings[result.seq]).split(", "))
+        if placement == EVICTED:
+            item = Item(**known, zone="trunk", representation=Representation.ELIDED,
+                        why="oldest complete turn group evicted to fit the budget (eq. 1)")
+        elif result is not None and b is not None:
+            if fitted is not None:
+                b = fitted.bounded[result.handle]
+            span = b.span
+            if fitted is not None:
+                why = ("newest turn group, bounded as a whole to fit input_limit: its results share "
+                       f"{fitted.share_tokens} tokens" + (" (head + tail)" if span else ""))
+            else:
+                why = "recent observation" + (" (over the per-item cap: head + tail)" if span else "")
+            item = Item(**known, zone="leaf", representation=b.representation, why=why,
+                        elided_tokens=(b.elided_tokens or 0) if span else 0,
+                        elided_bytes=span.bytes if span else None,
+                        elided_lines=(span.first_line, span.last_line) if span else None)
+        elif group.pending and not group.results and not event.content.strip():
+            item = Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
+                        why="every tool call of this turn still awaits its result; it enters with the first result")
+        elif (reason := unsent_reason(group)) is not None:
+            item = Item(**known, zone=None, representation=Representation.DROPPED, why=reason)
+        else:
+            item = Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
+                        transforms=tuple(leaf_transforms(group)) if event is group.message else (),
+                        why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
+                                             if group.pending else ""))
+        if placement == KEPT and event.seq in neutralised:  # the leaf's texts with control strings broken
+            item = replace(item, transforms=(*item.transforms, neutralise_transform(neutralised[event.seq])))
+        if placement == KEPT and event.redactions:  # secrets redacted at ingest (issue 12): its text in requests
+            item = replace(item, transforms=(*item.transforms, redaction_transform(event.redactions)))
+        items.append(item)
+    return items
+
+
+def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | None, shown: Callable[[], str],
+                       summary: dict[str, int] | None, memo: dict[Any, Any] | None = None) -> Item:
+    """A tool result's ``item`` with its state under ``plan`` (:func:`_invalidation_fields`;
+    ``shown()``: its text before the plan, read only when the plan chose a representation
+    for it); itself when the plan says nothing of it. ``memo`` (its group view's): an item
+    whose state comes without a choice is the same object from GET to GET (its manifest
+    entry then too)."""
+    if item.seq not in plan.states:
+        return item
+    if meter is None or summary is None or plan.choices.get(item.seq) is None:
+        fields = _invalidation_fields(item.seq, plan, None, "", None)  # the state alone
+        try:
+            key: Any = (id(item), tuple(fields.items()))
+            hash(key)
+        except TypeError:
+            key = None
+        if memo is not None and key is not None:
+            held = memo.get(key)
+            if held is not None and held[0] is item:
+                return held[1]  # type: ignore[no-any-return]
+        out = replace(item, **fields) if fields else item
+        if memo is not None and key is not None:
+            memo[key] = (item, out)
+        return out
+    fields = _invalidation_fields(item.seq, plan, meter, shown(), summary)
+    return replace(item, **fields) if fields else item
+
+
+class _GroupView:
+    """What assembly derives from one turn group, kept in the session's leaf cache from GET
+    to GET: its leaf messages and, per known token counts of its results, its bounded tool
+    results (by handle) and its manifest items kept or evicted; its call warnings. Keyed by
+    the identity of the group's events (held here, so the key cannot be reused by other
+    objects): a session's events are the same objects from GET to GET (the service's event
+    memo) and what its results read (their bindings, part of the key), so an unchanged group
+    costs one lookup. The messages do not depend on the counts (the body never does), so a
+    count learnt later changes the items only. Invalidation is applied per request, on top
+    (``apply_invalidation``, ``_with_invalidation``)."""
+
+    __slots__ = ("events", "messages", "_bounded", "_items", "_warnings", "invalidated")
+
+    def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
+                 counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
+        self.events = events
+        self.messages = messages
+        self._bounded: dict[tuple[int | None, ...], dict[str, BoundedResult]] = {counts: bounded}
+        self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
+        self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
+        self.invalidated: dict[Any, Any] = {}  # _with_invalidation's memo
+
+    def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...],
+              bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Item, ...]:
+        found = self._items.get((placement, counts))
+        if found is None:
+            bounded = self._bounded[counts]
+            found = self._items[(placement, counts)] = tuple(_group_items(group, bounded, self.messages, placement,
+                                                                          bindings))
+        return found
+
+    def warnings(self, group: TurnGroup, declared: frozenset[str]) -> tuple[str, ...]:
+        if self._warnings is None or self._warnings[0] != declared:
+            self._warnings = (declared, tuple(group_call_warnings(group, declared)))
+        return self._warnings[1]
+
+
+def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
+                 item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
+                 bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
+    """Each group's :class:`_GroupView` (from ``cache``, the session's leaf cache, or built)
+    and its results' known token counts. A payload's bounded form is also kept by value
+    (meter, cap, handle, payload, known count), so an output posted again in another group
+    is cut once. Views not used by this call are dropped once they outnumber the groups
+    (events read again as new objects would otherwise pile up)."""
+    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
+                                                                render_reasoning), {})
+    out: list[_GroupView] = []
+    all_counts: list[tuple[int | None, ...]] = []
+    keys = []
+
+    def bound(results: Sequence[ToolResultEvent]) -> dict[str, BoundedResult]:
+        bounded: dict[str, BoundedResult] = {}
+        for result in results:
+            if result.handle not in bounded:
+                count = known.get(result.handle)
+                bkey = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
+                b = cache.get(bkey)
+                if b is None:
+                    b = cache[bkey] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
+                bounded[result.handle] = b
+        return bounded
+
+    for group in groups:
+        results = group.results
+        if results:
+            key: tuple[Any, ...] = (id(group.message), *map(id, results),
+                                    tuple(map(bindings.get, map(_SEQ, results))))
+            counts: tuple[int | None, ...] = tuple(map(known.get, map(_HANDLE, results)))
+        else:
+            key, counts = (id(group.message),), ()
+        keys.append(key)
+        all_counts.append(counts)
+        view = views.get(key)
+        if view is None:
+            bounded = bound(results)
+            messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings, bindings))
+            view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
+        elif counts not in view._bounded:
+            view._bounded[counts] = bound(results)
+        out.append(view)
+    if len(views) > 2 * len(groups) + 64:
+        kept = {key: views[key] for key in keys}
+        views.clear()
+        views.update(kept)
+    return out, all_counts
+
+
 def assemble_window(
     session: Session,
     events: Sequence[Event],
@@ -632,12 +894,13 @@ def assemble_window(
     (or to the newest group alone, when that is larger and within ``input_limit``).
 
     ``leaf_cache``: an optional mapping kept across calls (the service keeps one per
-    session in its bounded memo, app/services/memo.py) from what a turn group's leaf
-    messages and bounded tool outputs depend on (meter, per-item cap, reasoning switch,
-    the message event, each result's seq, call id, handle, payload, exit code and
-    exception) to those values. A session's
-    leaf is mostly its previous request's, so most groups are then not rebuilt, and equal
-    messages are the same objects (cheap to hash for the layout digest).
+    session in its bounded memo, app/services/memo.py): per meter, per-item cap and
+    reasoning switch, each turn group's bounded tool outputs, leaf messages, manifest
+    items and call warnings, keyed by the identity of the group's events (the memo's
+    events are the same objects from GET to GET) and its outputs' known token counts.
+    A session's leaf is mostly its previous request's, so most groups are then not
+    rebuilt, and their messages are the same objects, which carry what the meter and
+    the wire format derived from them (``LeafMessage.memo``).
 
     ``payload_tokens``: exact token counts of tool outputs known so far (handle -> tokens,
     stored after their POST). They go into the manifest only (items' ``tokens`` and
@@ -645,7 +908,8 @@ def assemble_window(
 
     ``fold``: compact instead of evicting (the select policy, :mod:`app.domain.compaction.fold`):
     a pass runs past ``T_hi`` and folds the groups older than the newest K into the trunk's
-    progress record, down to ``T_lo``; the cut is then the fold point.
+    progress record, down to ``T_lo``; the cut is then the fold point. The record replaces
+    the elision note (whose cache is then not used); the groups come from the grouping.
 
     The newest turn group that sends something is never evicted: when it alone (every
     older group evicted) still exceeds ``input_limit``, its results are bounded as a whole
@@ -663,50 +927,36 @@ def assemble_window(
         NewestGroupOverBudget: the newest turn group cannot fit even with each of its
             results cut to its marker.
     """
-    groups, step, writes = build_turn_groups(events)
+    cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
+    grouping = _Grouping.of(events, cache)
+    groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
+    known = payload_tokens or {}
     options = invalidation or InvalidationOptions()
     graph = build_graph(events)
     bindings = {seq: node.bindings for seq, node in graph.observations.items()}
     plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, deferred=options.deferred,
                              shown_upto=options.shown_upto)
-    cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
+    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings)
     bounded: dict[str, BoundedResult] = {}
-    sizes: dict[str, tuple[int, int]] = {}
-    known = payload_tokens or {}
-    for group in groups:
-        for result in group.results:
-            if result.handle not in bounded:
-                count = known.get(result.handle)
-                key = ("bounded", meter, item_cap_tokens, result.handle, result.payload, count)
-                b = cache.get(key)
-                if b is None:
-                    b = cache[key] = bound_tool_output(meter, result, item_cap_tokens, payload_tokens=count)
-                bounded[result.handle] = b
-                sizes[result.handle] = (b.payload_bytes, b.payload_lines)
-
-    # each group's leaf messages, built once (and, with a leaf_cache, once per session)
-    raw_groups: list[tuple[LeafMessage, ...]] = []
-    for group in groups:
-        key = ("leaf", meter, item_cap_tokens, render_reasoning, group.message,
-               tuple(_result_key(r, bindings) for r in group.results))
-        messages = cache.get(key)
-        if messages is None:
-            messages = cache[key] = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings,
-                                                         bindings))
-        raw_groups.append(messages)
+    for view, group_counts in zip(views, known_counts):
+        bounded.update(view._bounded[group_counts])  # built by _group_views
+    sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
+    raw_groups = [view.messages for view in views]
 
     def anchored(current: InvalidationPlan) -> dict[int, list[str]]:
         """Notices by the index of the group they follow: the last group starting before
         the event that triggered them (the newest group when they first show)."""
         out: dict[int, list[str]] = {}
         for notice in current.notices:
-            index = next((i for i in range(len(groups) - 1, -1, -1) if groups[i].first_seq < notice.anchor_seq), -1)
+            index = bisect_left(grouping.firsts, notice.anchor_seq) - 1  # the last group starting before it
             if index >= 0:
                 out.setdefault(index, []).append(notice.text)
         return out
 
     def with_plan(current: InvalidationPlan) -> list[tuple[LeafMessage, ...]]:
         notes = anchored(current)
+        if not current.choices and not notes:
+            return raw_groups
         return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings)
                 if current.choices or i in notes else m for i, (g, m) in enumerate(zip(groups, raw_groups))]
 
@@ -715,7 +965,7 @@ def assemble_window(
     # The newest turn group that sends something is never evicted (nor a legacy cut past it
     # honoured); later groups send nothing (dropped, or pending calls without text).
     newest = next((i for i in range(len(groups) - 1, -1, -1) if leaf_groups[i]), len(groups) - 1)
-    first_kept = next((i for i, g in enumerate(groups) if g.first_seq >= previous_cut_seq), len(groups))
+    first_kept = bisect_left(grouping.firsts, previous_cut_seq)  # the first group at or after the cut
     first_kept = min(first_kept, max(newest, 0))
 
     derived_by_k: dict[int, dict[str, bytes]] = {}
@@ -730,13 +980,13 @@ def assemble_window(
             [*leaf_groups[k:newest], newest_messages, *leaf_groups[newest + 1:]]
         if pin is not None and pin < k:
             kept = [leaf_groups[pin], *kept]
-        trunk = None
+        record_trunk = None
         if fold is not None:
             records[k], text = fold_record(session.contract, events, groups, k, watermarks=fold.watermarks,
                                            count=meter.count_text, memo=cache, pinned=pin)
-            trunk = (text, records[k].index_payloads)
-        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings,
-                                              trunk=trunk)
+            record_trunk = (text, records[k].index_payloads)
+        conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings, cache,
+                                              record_trunk=record_trunk)
         return conv, meter.measure(conv)
 
     conversation, measurement = build(first_kept)
@@ -824,18 +1074,24 @@ def assemble_window(
     derived = derived_by_k.get(k, {})
     ranges: list[EventRange] = []
     pinned_at = groups[pin] if pin is not None else None
-    if older:
+    note_events = [e for e in events if e.kind in ("hypothesis", "obligation")]
+    range_key = (tuple(groups[:older]), step, tuple(known_counts[:older]), next(iter(derived), None),
+                 fold is not None, pin, tuple(e.seq for e in note_events if e.seq < boundary))
+    kept_ranges: list[tuple[Any, tuple[EventRange, ...]]] = cache.get("event ranges", [])
+    found_range = next((value for key, value in kept_ranges if key == range_key), None)
+    if found_range is not None:
+        ranges = list(found_range)
+    elif older:
         gone = Representation.ELIDED if fold is None else Representation.FOLDED
         counts = {gone: sum(1 + len(g.results) for g in groups[:older] if g is not pinned_at)}
         seqs = [seq for g in groups[:older] if g is not pinned_at for seq in g.seqs]
-        notes = (e for e in events if e.kind in ("hypothesis", "obligation"))
-        for event in (*writes, *(e for e in events if isinstance(e, StepEvent) and e is not step), *notes):
+        for event in (*writes, *(e for e in grouping.steps if e is not step), *note_events):
             if event.seq < boundary:
                 kind = Representation.NOT_RENDERED if isinstance(event, ArtifactWriteEvent) else Representation.SUPERSEDED
                 kind = kind if fold is None else Representation.FOLDED
                 counts[kind] = counts.get(kind, 0) + 1
                 seqs.append(event.seq)
-        results = [bounded[r.handle] for g in groups[:older] for r in g.results]
+        results = [bounded[r.handle] for g in groups[:older] if g is not pinned_at for r in g.results]
         ranges.append(EventRange(
             seq_from=min(seqs), seq_to=max(seqs), events=len(seqs), representations=counts,
             tokens=sum(b.payload_tokens or 0 for b in results), bytes=sum(b.payload_bytes for b in results),
@@ -845,71 +1101,60 @@ def assemble_window(
                 "index payload; superseded steps and artifact writes before them" if fold is None else
                 f"{older} oldest turn groups folded into the progress record by earlier passes (listed by seq in the "
                 "record, their handles in its index payload), with the writes, notes and steps before them"))
+    if found_range is None:  # older events are fixed once named by the index: kept with what names them
+        cache["event ranges"] = [(range_key, tuple(ranges)), *kept_ranges[:NOTES_KEPT - 1]]
     notes = anchored(plan)
     summary = {"historical": 0, "tombstones": 0, "tombstone_tokens": 0, "replaced_tokens": 0, "noticed": 0,
                "stale_tokens_kept": 0}
     presented: set[str] = set()
     items: list[Item] = []
     elided: list[Item] = []
-    for index, group in enumerate(groups[older:], start=older):
-        kept = index >= k or index == pin
-        for event in (group.message, *group.results):
-            result = event if isinstance(event, ToolResultEvent) else None
-            b = bounded[result.handle] if result is not None else None
-            known: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind,
-                                     "handle": event.handle}
-            if result is not None and b is not None:
-                known |= {"call_id": result.call_id, "tokens": b.payload_tokens, "bytes": b.payload_bytes,
-                          "lines": b.payload_lines, "tokens_known": b.payload_tokens is not None}
-                if bindings.get(result.seq):
-                    known["bindings"] = tuple(revision_attribute(bindings[result.seq]).split(", "))
-            if not kept and fold is not None:
-                elided.append(Item(**known, zone="trunk", representation=Representation.FOLDED,
-                                   why=folded_why(group.first_seq, previous_cut_seq, cut_seq)))
-            elif not kept:
-                elided.append(Item(**known, zone="trunk", representation=Representation.ELIDED,
-                                   why="oldest complete turn group evicted to fit the budget (eq. 1)",
-                                   **(_invalidation_fields(result.seq, plan, None, "", None) if result else {})))
-            elif result is not None and b is not None:
-                newest_fitted = fitted is not None and index == newest
-                if fitted is not None and newest_fitted:
-                    b = fitted.bounded[result.handle]
-                span = b.span
-                if fitted is not None and newest_fitted:
-                    why = ("newest turn group, bounded as a whole to fit input_limit: its results share "
-                           f"{fitted.share_tokens} tokens" + (" (head + tail)" if span else ""))
-                else:
-                    why = "recent observation" + (" (over the per-item cap: head + tail)" if span else "")
-                shown = next((m.content for m in raw_groups[index] if m.role == "tool" and m.seq == result.seq), "")
-                fields: dict[str, Any] = {"representation": b.representation, "why": why}
-                fields |= _invalidation_fields(result.seq, plan, meter, shown, summary)
-                if fields.get("state") == "current":
-                    presented.update(x for x in known.get("bindings", ()) if "@r" in x)
-                items.append(Item(**known, zone="leaf", **fields,
-                                  elided_tokens=(b.elided_tokens or 0) if span else 0,
-                                  elided_bytes=span.bytes if span else None,
-                                  elided_lines=(span.first_line, span.last_line) if span else None))
-            elif group.pending and not group.results and not event.content.strip():
-                items.append(Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
-                                  why="every tool call of this turn still awaits its result; it enters with the "
-                                      "first result"))
-            elif (reason := unsent_reason(group)) is not None:
-                items.append(Item(**known, zone=None, representation=Representation.DROPPED, why=reason))
-            else:
-                items.append(Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
-                                  transforms=tuple(leaf_transforms(group)) if event is group.message else (),
-                                  why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
-                                                       if group.pending else "")))
+    states = plan.states
+    indices = range(older, len(groups)) if pin is None or pin >= older else [pin, *range(older, len(groups))]
+    for index in indices:
+        group, view = groups[index], views[index]
+        if index < k and fold is not None and index != pin:  # folded: the record holds it (no state shown)
+            elided.extend(replace(i, representation=Representation.FOLDED,
+                                  why=folded_why(group.first_seq, previous_cut_seq, cut_seq))
+                          for i in view.items(group, EVICTED, known_counts[index], bindings))
+            continue
+        if index < k and index != pin:
+            evicted = view.items(group, EVICTED, known_counts[index], bindings)
+            elided.extend(_with_invalidation(i, plan, None, str, None, view.invalidated)
+                          if i.kind == "tool_result" and i.seq in states else i for i in evicted)
+            continue
+        if fitted is not None and index == newest:
+            seqs = set(group.seqs)
+            group_items: Sequence[Item] = _group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs],
+                                                       KEPT, bindings, fitted=fitted)
+        else:
+            found_items = view._items.get((KEPT, known_counts[index]))  # inline: once per group and GET
+            group_items = found_items if found_items is not None else \
+                view.items(group, KEPT, known_counts[index], bindings)
+        if not states:
+            items.extend(group_items)
+            continue
+        for item in group_items:
+            if item.kind == "tool_result" and item.zone == "leaf" and item.seq in states:
+                item = _with_invalidation(item, plan, meter, lambda seq=item.seq, index=index: next(
+                    (m.content for m in raw_groups[index] if m.role == "tool" and m.seq == seq), ""), summary,
+                    view.invalidated)
+                if item.state == "current":
+                    presented.update(x for x in item.bindings if "@r" in x)
+            items.append(item)
     for write in writes:
         if write.seq >= boundary:
             items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
                               representation=Representation.NOT_RENDERED,
                               why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
     if step is not None:
+        last = conversation.leaf[-1] if conversation.leaf else None
+        broken = last.neutralised if last is not None and last.seq == step.seq else 0
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
-                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf"))
-    for earlier in events:
-        if isinstance(earlier, StepEvent) and earlier is not step and earlier.seq >= boundary:
+                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf",
+                          transforms=(neutralise_transform(broken),) if broken else ()))
+    for earlier in grouping.steps:
+        if earlier is not step and earlier.seq >= boundary:
             items.append(Item(seq=earlier.seq, event_id=earlier.event_id, kind="step", zone=None,
                               representation=Representation.SUPERSEDED,
                               why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
@@ -921,12 +1166,13 @@ def assemble_window(
                          why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq))
                  if i.seq < cut_seq and i.representation in (Representation.NOT_RENDERED, Representation.SUPERSEDED)
                  else i for i in items]
-    neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.neutralised}
-    if neutralised:  # the leaf's texts with control strings broken (after the provider rules)
-        items = [replace(i, transforms=(*i.transforms, neutralise_transform(neutralised[i.seq])))
-                 if i.seq in neutralised else i for i in items]
     items.sort(key=_SEQ)
-    warnings = list(measurement.warnings) + call_warnings(session, groups[k:]) + warnings_extra
+    declared = declared_tools(session)
+    warnings = list(measurement.warnings)
+    for group, view in zip(groups[k:], views[k:]):
+        held = view._warnings  # inline: once per group and GET
+        warnings.extend(held[1] if held is not None and held[0] == declared else view.warnings(group, declared))
+    warnings += warnings_extra
     warnings += [f"pass rejected at fold point seq {seq}: {len(found)} protected fields lost or altered "
                  f"({'; '.join(sorted({str(getattr(f, 'field', f)) for f in found}))[:500]}); kept the larger raw slice"
                  for seq, found in rejected]

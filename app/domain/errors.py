@@ -141,3 +141,29 @@ class PayloadTooLarge(DomainError):
     max_bytes); the batch is refused whole."""
 
     title = "Payload too large"
+
+
+class Unauthorized(DomainError):
+    """A request without a valid API key where one is required (issue 12): missing, malformed,
+    unknown or revoked key alike (the answer does not say which)."""
+
+    title = "Unauthorized"
+
+
+class RateLimited(DomainError):
+    """The tenant's request rate is over its limit; ``retry_after`` (whole seconds) says when
+    the window admits the next request."""
+
+    title = "Too many requests"
+
+
+class StorageQuotaExceeded(DomainError):
+    """The tenant's stored payload bytes (counted as if not deduplicated) would exceed its quota."""
+
+    title = "Storage quota exceeded"
+
+
+class InvalidParameter(DomainError):
+    """A parameter that cannot be used (a page cursor this API did not make, a bad tenant name)."""
+
+    title = "Invalid parameter"

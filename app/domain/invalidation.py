@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from app.domain.errors import InvalidEvent
@@ -302,7 +303,7 @@ def build_graph(events: Sequence[Event], *, derived: Iterable[DerivedItem] = (),
     observations: dict[int, ObservationNode] = {}
     latest: float | None = None
     times: list[tuple[int, float]] = []
-    for event in sorted(events, key=lambda e: e.seq):
+    for event in sorted(events, key=attrgetter("seq")):
         at = getattr(event, "at", None)
         if at is not None:
             latest = at if latest is None else max(latest, at)

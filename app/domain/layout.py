@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from app.domain.memo import bounded_memo
 from app.domain.types import Contract
 
 
@@ -27,7 +26,14 @@ class LeafMessage:
     """One leaf message. ``role`` is assistant, tool or user; tool messages carry
     ``call_id`` and ``name``; assistant messages may carry ``tool_calls``.
     ``neutralised`` counts the control strings broken in its texts (for the manifest item
-    of event ``seq``; :func:`app.domain.text.neutralise_control_text`)."""
+    of event ``seq``; :func:`app.domain.text.neutralise_control_text`).
+
+    ``memo``: what renderers and serializers derive from this message (its template dict,
+    its wire form, its digest), kept with the message itself: a session's leaf messages
+    are reused from request to request (``assemble_window(leaf_cache=...)``), so each is
+    converted once, and the memo goes when the message goes (no process-global cache).
+    Not part of the value (equality, hash, repr); keys are ``(who, variant)`` tuples and
+    entries are treated as read-only by every reader."""
 
     role: str
     content: str
@@ -37,6 +43,7 @@ class LeafMessage:
     reasoning: str | None = None
     seq: int | None = None
     neutralised: int = 0
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,6 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # NaN / Infinity: Python accepts them, JSON does not
 
 
-@bounded_memo(16384, 4096, len)  # arguments of up to 4,096 characters: at most 64 M characters
 def _arguments(arguments: str) -> tuple[str, str | None]:
     if not arguments.strip():
         return "{}", None  # no arguments: vLLM and SGLang read "" as {}

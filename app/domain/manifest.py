@@ -233,7 +233,18 @@ class Item:
         representation, why``, and ``elided_bytes``, ``elided_lines``, ``elided_tokens``,
         ``pending_calls``, ``transforms``, then ``state``, ``bindings``,
         ``superseded_by``, ``write``, ``fetched_at``, ``expires_at``, ``invalidation``
-        when set and not empty."""
+        when set and not empty.
+
+        Built once per item and returned as the same dict afterwards (read-only): a
+        session's items are reused from GET to GET, so consecutive manifests share their
+        unchanged entries, which the stored delta then finds by identity."""
+        cached: dict[str, Any] | None = self.__dict__.get("_json")
+        if cached is None:
+            cached = self._build_json()
+            object.__setattr__(self, "_json", cached)  # a memo of the frozen value, not a field
+        return cached
+
+    def _build_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"seq": self.seq, "event_id": self.event_id, "kind": self.kind}
         if self.handle is not None:
             out["handle"] = self.handle
@@ -502,7 +513,7 @@ class Manifest:
             "session_id": self.session_id, "profile": self.profile, "format": self.format, "last_seq": self.last_seq,
             "request_sha256": self.request_sha256, "tokens": self.tokens.to_json(), "budget": dict(self.budget),
             "cache": self.cache.to_json(), "layout": self.layout.to_json(),
-            "items": [i.to_json() for i in self.items], "elided": [i.to_json() for i in self.elided],
+            "items": _items_json(self.items), "elided": _items_json(self.elided),
         }
         if self.invalidation is not None:
             out["invalidation"] = self.invalidation.to_json()
@@ -537,6 +548,11 @@ class Manifest:
             compaction=dict(data["compaction"]) if data.get("compaction") is not None else None,
             invalidation=None if data.get("invalidation") is None else InvalidationReport.from_json(data["invalidation"]),
         )
+
+
+def _items_json(items: tuple[Item, ...]) -> list[dict[str, Any]]:
+    """Each item's JSON (:meth:`Item.to_json`; the memo read inline: hundreds a manifest)."""
+    return [i.__dict__.get("_json") or i.to_json() for i in items]
 
 
 @dataclass(frozen=True)

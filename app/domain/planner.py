@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from app.domain.assembly import Assembly, assemble_window
@@ -35,6 +36,8 @@ from app.domain.types import Event, Session
 
 
 _CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
+_TOKENS = attrgetter("tokens")
+_ELIDED_TOKENS = attrgetter("elided_tokens")
 
 PLANNER_VERSION = 3  # stored with every manifest; bump when the same inputs would plan differently
 
@@ -142,7 +145,7 @@ def plan_request(
     decided = assembly.invalidation
     new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
                                        shown_upto=decided.shown_upto)
-    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire, memo=memo)
+    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
                           prev_ids=trusted.packed if prev_state else None, prev_chain=trusted.chain if prev_state else None)
@@ -170,8 +173,8 @@ def plan_request(
                             cut_seq=assembly.cut_seq, version=new_layout.version, evicted_now=assembly.evicted_now,
                             elision_index=tuple(sorted(assembly.derived_payloads))),
         items=items, elided=elided, ranges=assembly.ranges,
-        elided_tokens=sum(i.tokens or 0 for i in elided) + sum(r.tokens for r in assembly.ranges)
-        + sum(i.elided_tokens for i in items),
+        elided_tokens=sum(filter(None, map(_TOKENS, elided))) + sum(r.tokens for r in assembly.ranges)
+        + sum(map(_ELIDED_TOKENS, items)),
         # False while some elided or cut output's token count is not known yet (it is counted
         # once after its POST): elided_tokens then sums the known ones
         elided_tokens_exact=all(i.tokens_known is not False for i in (*elided, *items)
@@ -241,13 +244,12 @@ def _notice_follows(assembly: Assembly, seq: int) -> bool:
     return message is not None and "[ctxd notice:" in message.content.rsplit("<<<end-ctxd-data>>>", 1)[-1]
 
 
-def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
-              memo: MutableMapping[Any, Any] | None) -> tuple[dict[str, Any], tuple[int, ...]]:
+def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat) -> tuple[dict[str, Any], tuple[int, ...]]:
     """The request's layout digest (with ``last_seq``: with the cut, what rebuilds it) and
     its cache breakpoints (token offsets: the ends of the root, the trunk and the request,
     for a format that marks them)."""
     m = assembly.measurement
-    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
+    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
     digest["last_seq"] = last_seq
     breakpoints: tuple[int, ...] = ()
     if wire.cache_breakpoints:
@@ -281,7 +283,7 @@ def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: Pr
         return None
     if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:
         return None
-    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire, memo=memo)
+    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire)
     rebuilt = predict_reuse(None, assembly.measurement.ids or (), cache_model, breakpoints=breakpoints)
     candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain, layout=digest)
     return candidate if candidate.matches(previous) else None

@@ -35,7 +35,9 @@ class TokenMeter(Protocol):
         """The texts the tokenizer encodes as a chat control token when they occur inside
         ordinary text (Qwen3: ``<|im_start|>``, ``<tool_call>``, ``<think>`` ...; none for
         mistral-common, which never parses control tokens out of text). Assembly
-        neutralises them in every payload and message (:mod:`app.domain.text`)."""
+        neutralises them in every payload and message (:mod:`app.domain.text`); a meter
+        gives a :class:`~app.domain.text.ControlStrings` (the tuple with its compiled
+        pattern, built once) so that no GET compiles it again."""
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` alone (no chat framing)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import MutableMapping
 from typing import Any, Mapping
 
 from app.domain.layout import Conversation, LeafMessage
@@ -19,17 +18,6 @@ from app.domain.layout import Conversation, LeafMessage
 
 def _sha(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
-
-
-def leaf_chars(m: LeafMessage, *_: object) -> int:
-    """Characters of a leaf message's texts (content, reasoning, call arguments): the size
-    by which memos keyed by messages are bounded (app.domain.memo.bounded_memo)."""
-    n = len(m.content)
-    if m.reasoning:
-        n += len(m.reasoning)
-    for call in m.tool_calls:
-        n += len(call.arguments)
-    return n
 
 
 def leaf_digest(m: LeafMessage) -> str:
@@ -43,21 +31,18 @@ def leaf_digest(m: LeafMessage) -> str:
     return digest.hexdigest()[:16]
 
 
-def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int,
-                  memo: MutableMapping[Any, Any] | None = None) -> dict[str, Any]:
+def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int) -> dict[str, Any]:
     """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index).
 
-    ``memo``: an optional mapping kept across calls (the session's leaf cache), where each
-    leaf message's digest is kept under ``("digest", message)``: a session's leaf is
-    mostly its previous request's messages."""
-    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
-
-    def key(m: LeafMessage) -> list[Any]:
-        digest = cache.get(("digest", m))
-        if digest is None:
-            digest = cache[("digest", m)] = leaf_digest(m)
-        return [m.seq, m.role, digest]
-
+    Each leaf message's entry ``[seq, role, digest]`` is computed once per message and kept
+    in its own memo (``LeafMessage.memo``): a session's leaf is mostly its previous
+    request's messages."""
+    leaf = []
+    for m in conversation.leaf:
+        entry = m.memo.get("digest")
+        if entry is None:
+            entry = m.memo["digest"] = [m.seq, m.role, leaf_digest(m)]
+        leaf.append(entry)
     root_end = int(by_zone["root"])
     return {
         "root_sha": _sha([conversation.system, list(conversation.tools)]),
@@ -65,7 +50,7 @@ def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut
         "root_end": root_end,
         "trunk_end": root_end + int(by_zone["trunk"]),
         "cut_seq": cut_seq,
-        "leaf": [key(m) for m in conversation.leaf],
+        "leaf": leaf,
     }
 
 

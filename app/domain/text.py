@@ -17,8 +17,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, AnyStr
 
 from app.domain.manifest import Transform
@@ -76,11 +75,27 @@ def printable_loc(loc: Loc) -> list[str | int]:
 
 # -- chat control tokens -----------------------------------------------------------------
 
-@lru_cache(maxsize=64)
-def _control_pattern(control_strings: tuple[str, ...]) -> re.Pattern[str] | None:
-    # longest first, so "<|im_start|>" wins over any shorter string it contains
-    usable = sorted({s for s in control_strings if len(s) >= 2}, key=lambda s: (-len(s), s))
-    return re.compile("|".join(re.escape(s) for s in usable)) if usable else None
+class ControlStrings(tuple[str, ...]):
+    """A profile's control strings (``TokenMeter.control_strings``) together with the one
+    regular expression that finds them: an explicit value built once (by the meter, when it
+    loads its tokenizer) and passed in, instead of a process-global cache of compiled
+    patterns. It is the tuple of strings itself (sorted as given), so it compares and
+    hashes as that tuple; ``pattern`` matches the strings of at least 2 characters, longest
+    first (so ``"<|im_start|>"`` wins over any shorter string it contains), or is None when
+    there is none."""
+
+    pattern: re.Pattern[str] | None
+
+    def __new__(cls, strings: Iterable[str] = ()) -> ControlStrings:
+        self = super().__new__(cls, strings)
+        usable = sorted({s for s in self if len(s) >= 2}, key=lambda s: (-len(s), s))
+        self.pattern = re.compile("|".join(re.escape(s) for s in usable)) if usable else None
+        return self
+
+    @classmethod
+    def of(cls, strings: Sequence[str]) -> ControlStrings:
+        """``strings`` as a ControlStrings (itself when it is one already; else compiled now)."""
+        return strings if isinstance(strings, ControlStrings) else cls(strings)
 
 
 def _break(match: re.Match[str]) -> str:
@@ -90,12 +105,13 @@ def _break(match: re.Match[str]) -> str:
 
 def neutralise_control_text(text: str, control_strings: Sequence[str]) -> tuple[str, int]:
     """``text`` with every control string broken by U+200B after its first character, and
-    how many were broken. Deterministic (same text, same bytes: the prefix cache depends
+    how many were broken (``control_strings``: a :class:`ControlStrings`, whose pattern is
+    used as is, or any sequence of strings, compiled on this call). Deterministic (same text, same bytes: the prefix cache depends
     on it) and legible (every character stays; the one added character shows as
     ``\\u200b`` in an escaped view and is read by the model as plain text). Repeated until no control string is left, so overlapping occurrences cannot
     survive. Strings shorter than 2 characters cannot be broken this way and are ignored
     (no shipped profile has one)."""
-    pattern = _control_pattern(tuple(control_strings))
+    pattern = ControlStrings.of(control_strings).pattern
     if pattern is None or not text:
         return text, 0
     count = 0
@@ -116,7 +132,7 @@ def neutralise_transform(count: int) -> Transform:
 def first_control_string(value: Any, control_strings: Sequence[str], loc: Loc = ()) -> tuple[Loc, str] | None:
     """``(loc, control string)`` of the first string in ``value`` (keys included) that
     spells a control string, or None."""
-    pattern = _control_pattern(tuple(control_strings))
+    pattern = ControlStrings.of(control_strings).pattern
     if pattern is None:
         return None
     for where, text in iter_strings(value, loc):
@@ -181,7 +197,9 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
     while first_tail > in_head and spans[first_tail - 1][0] >= tail_start:
         first_tail -= 1
     head, tail = data[:head_end], data[tail_start:]
-    elided = first_tail - in_head
+    # at least one: a character lies between the cuts even when every token touching it
+    # straddles a cut (a byte-level token ending inside a combining mark, e.g. "e\u0301")
+    elided = max(1, first_tail - in_head)
     if isinstance(head, bytes) and isinstance(tail, bytes):
         return head.decode("utf-8"), tail.decode("utf-8"), elided
     return str(head), str(tail), elided

@@ -81,6 +81,7 @@ class MessageEvent:
     handle: str  # handle of the message's canonical JSON, for elision breadcrumbs
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    redactions: tuple[str, ...] = ()  # kinds of the secrets redacted at ingest (the handle keeps them)
     kind: Literal["message"] = "message"
     at: float | None = None  # the server's time of the event (epoch seconds) when loaded from storage
 
@@ -90,11 +91,12 @@ class ToolResultEvent:
     seq: int
     event_id: str
     call_id: str
-    payload: str
-    handle: str  # sha256 hex of the payload's UTF-8 bytes
+    payload: str  # the text that enters requests: redacted at ingest when it held secrets
+    handle: str  # sha256 hex of the payload's UTF-8 bytes as posted
     exit_code: int | None = None
     binding: Binding | None = None
     conditions: dict[str, Any] = field(default_factory=dict)
+    redactions: tuple[str, ...] = ()  # kinds of the secrets redacted at ingest from ``payload`` (the handle keeps them)
     kind: Literal["tool_result"] = "tool_result"
     at: float | None = None
 

@@ -45,3 +45,9 @@ TRUNK_REWRITES = Counter(
     "ctxd_prefix_divergences_total", "Requests that did not extend the previous request of their session, by reason.",
     ["profile", "zone"],
 )
+# issue 12: tenancy, limits, redaction
+AUTH_FAILURES = Counter("ctxd_auth_failures_total", "Requests refused 401 (missing, unknown or revoked API key).")
+RATE_LIMITED = Counter("ctxd_rate_limited_total", "Requests refused 429 by a tenant's rate limit.")
+RATE_LIMIT_ERRORS = Counter(
+    "ctxd_rate_limit_errors_total", "Rate-limit checks that could not reach their storage (the request was admitted).")
+REDACTIONS = Counter("ctxd_redactions_total", "Secrets redacted at ingest, by kind.", ["kind"])

@@ -153,9 +153,13 @@ class AssemblyMemo:
             return None if held is None else held[0]
 
     def remember(self, session_id: str, fmt: str, remembered: RememberedIds,
-                 manifest: StoredManifest | None = None) -> None:
-        """Keep the ids (and the stored manifest) of the request just served in ``fmt``."""
-        size = len(orjson.dumps(manifest.data)) if manifest is not None else 0
+                 manifest: StoredManifest | None = None, *, manifest_bytes: int | None = None) -> None:
+        """Keep the ids (and the stored manifest) of the request just served in ``fmt``.
+        ``manifest_bytes``: the manifest's JSON size when the caller knows it (else it is
+        serialized here to be measured)."""
+        size = 0
+        if manifest is not None:
+            size = manifest_bytes if manifest_bytes is not None else len(orjson.dumps(manifest.data))
         with self._lock:
             entry = self._entry(session_id)
             before = entry.size
@@ -163,3 +167,8 @@ class AssemblyMemo:
             if manifest is not None:
                 entry.manifests[fmt] = (manifest, size)
             self._resize(entry, before)
+
+    def forget(self, session_id: str) -> None:
+        """Drop everything held for the session (it was deleted)."""
+        with self._lock:
+            self._sessions.pop(session_id, None)

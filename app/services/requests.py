@@ -16,13 +16,14 @@ import json
 from collections.abc import Mapping, MutableMapping, Sequence
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any
 
 import orjson
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
-from app.domain.assembly import Assembly, build_turn_groups
+from app.domain.assembly import Assembly, cached_turn_groups
 from app.domain.compaction.fold import Fold, fold_record, pinned_group
 from app.domain.compaction.watermarks import Watermarks
 from app.domain.errors import LayoutContention, ManifestNotFound, ServerFault, SessionNotFound, UnsupportedFormat
@@ -32,12 +33,14 @@ from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_reques
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.state import PreviousRequest, SessionState
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
-from app.store.db import read_only, unit_of_work
+from app.store.tenancy import link_payloads, own_payload, session_tenant
+from app.store.db import core_read, core_write
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -107,12 +110,14 @@ class Wire:
         model = self.model or profile.model
         body: dict[str, Any]
         if self.name == "openai":
-            body = openai_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve,
-                                         prompt_cache_key=prompt_cache_key(self.session_id),
-                                         chat_template_kwargs=profile.chat_template_kwargs)
+            body, encoded = openai_wire.serialize_bytes(conversation, model=model, max_tokens=profile.output_reserve,
+                                                        prompt_cache_key=prompt_cache_key(self.session_id),
+                                                        chat_template_kwargs=profile.chat_template_kwargs)
             counted = measurement.extra.get("openai_messages")
             if isinstance(counted, list):
                 body["messages"] = counted
+            elif encoded is not None:
+                return body, encoded
         elif self.name == "anthropic":
             body = anthropic_wire.serialize(conversation, model=model, max_tokens=profile.output_reserve)
         else:
@@ -162,13 +167,13 @@ class AssembledRequest:
     assembly: Assembly = field(repr=False)
     reuse: ReuseReport = field(repr=False)
     attempts: int = 1
-    manifest_json: Mapping[str, Any] | None = field(default=None, repr=False)  # manifest.to_json(), when at hand
+    manifest_bytes: bytes | None = field(default=None, repr=False)  # the manifest's JSON, when at hand
 
     def response_bytes(self) -> bytes:
-        """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body spliced in as
-        already serialized (never re-encoded or re-validated)."""
-        manifest = self.manifest_json if self.manifest_json is not None else self.manifest.to_json()
-        return b'{"request":' + self.body_bytes + b',"manifest":' + orjson.dumps(manifest) + b"}"
+        """``{"request": <body>, "manifest": <manifest>}`` as JSON, the body and the manifest
+        spliced in as already serialized (never re-encoded or re-validated)."""
+        manifest = self.manifest_bytes if self.manifest_bytes is not None else orjson.dumps(self.manifest.to_json())
+        return b'{"request":' + self.body_bytes + b',"manifest":' + manifest + b"}"
 
 
 @dataclass(frozen=True)
@@ -202,41 +207,70 @@ def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: s
         stash[_count_key(tokenizer_id, handle)] = count
 
 
-def known_payload_tokens(db: OrmSession, tokenizer_id: str | None, events: Sequence[Event],
+def _text_handle(event: ToolResultEvent, stash: MutableMapping[Any, Any]) -> str:
+    """The handle of the text an output renders: its redacted view's (issue 12; the count
+    stored after the POST is the view's) or, unredacted, its own. Hashed once per output."""
+    if not event.redactions:
+        return event.handle
+    key = ("view_handle", event.handle)
+    if key not in stash:
+        stash[key] = hashlib.sha256(event.payload.encode("utf-8")).hexdigest()
+    return str(stash[key])
+
+
+def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence[Event],
                          stash: MutableMapping[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens,
     under the tokenizer ``tokenizer_id``; none without one). Counts never change, so each
     is read from the payloads table once and kept in the session's memo (``stash``, its
     leaf cache); an output whose count is not stored yet is looked up again on at most
     ``COUNT_LOOKUPS`` GETs (one SELECT for all such outputs), so a GET reads only the few
-    newest (issue 9, item 7). Part of the GET's LOAD (the caller's snapshot)."""
+    newest (issue 9, item 7). Part of the GET's LOAD (the caller's snapshot).
+
+    The memo also keeps how far it has scanned ``events`` (which only grow) with the
+    counts found and the outputs still unknown, so a GET looks only at the new events
+    and the unknown outputs."""
     if tokenizer_id is None:
         return {}
-    out: dict[str, int] = {}
-    missing: list[str] = []
-    for event in events:
-        if isinstance(event, ToolResultEvent):
-            count = stash.get(_count_key(tokenizer_id, event.handle))
-            if count is not None:
-                out[event.handle] = count
-            elif stash.get(("payload_tokens_lookups", tokenizer_id, event.handle), 0) < COUNT_LOOKUPS:
-                missing.append(event.handle)
+    scan_key = ("payload_tokens_scan", tokenizer_id)
+    # (events scanned, event handle -> count, outputs still unknown: (counted text's handle, event handle))
+    scanned: tuple[list[Event], dict[str, int], tuple[tuple[str, str], ...]] | None = stash.get(scan_key)
+    if scanned is not None and len(events) >= len(scanned[0]) and events[:len(scanned[0])] == scanned[0]:
+        seen, found, unknown = list(scanned[0]), dict(scanned[1]), list(scanned[2])
+    else:
+        seen, found, unknown = [], {}, []
+    for event in events[len(seen):]:
+        if isinstance(event, ToolResultEvent) and event.handle not in found:
+            unknown.append((_text_handle(event, stash), event.handle))
+    seen.extend(events[len(seen):])
+    missing: dict[str, str] = {}  # handle of the text counted -> the event's handle
+    still: list[tuple[str, str]] = []
+    for counted, handle in dict.fromkeys(unknown):
+        count = stash.get(_count_key(tokenizer_id, counted))
+        if count is not None:
+            found[handle] = count
+            continue
+        still.append((counted, handle))
+        if stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
+            missing[counted] = handle
     if missing:
-        for handle, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
+        for counted, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[_count_key(tokenizer_id, handle)] = out[handle] = count
+                stash[_count_key(tokenizer_id, counted)] = found[missing[counted]] = count
         for handle in missing:
             key = ("payload_tokens_lookups", tokenizer_id, handle)
             stash[key] = stash.get(key, 0) + 1
-    return out
+    stash[scan_key] = (seen, found, tuple(x for x in still if x[1] not in found))
+    return dict(found)
 
 
-def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, *,
+def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,
          tokenizer_of: Callable[[str], str | None] = lambda profile: None) -> Loaded:
     """LOAD: the session and its layout state, the events (only those the memo lacks are
     read), the previous request's prefix state in ``fmt``, and the known token counts of
     the tool outputs under ``tokenizer_of(profile name)``'s tokenizer id. Raises
-    SessionNotFound."""
+    SessionNotFound. Statements go to the Core connection of ``db`` (no ORM layers)."""
+    db = repo.core(db)
     found = repo.load_session_state(db, session_id, fmt)
     if found is None:
         raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
@@ -252,12 +286,14 @@ def load(db: OrmSession, memo: AssemblyMemo, session_id: str, fmt: str, *,
     return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts)
 
 
-def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
+def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
     """SAVE: the layout state by compare-and-set when the plan moved it, the manifest (a
     delta of ``base``, the previous manifest in this format; stored only if the layout
     state is still the one planned with), the payloads the request names, and what the
     next GET keeps of this request. Returns the stored manifest, or None when another
-    worker moved the layout state first (the caller's transaction then writes nothing)."""
+    worker moved the layout state first (the caller's transaction then writes nothing).
+    Statements go to the Core connection of ``db`` (no ORM layers)."""
+    db = repo.core(db)
     manifest = plan.manifest
     sid = manifest.session_id
     record = plan.assembly.record.as_dict() if plan.assembly.record is not None else None
@@ -268,9 +304,14 @@ def save(db: OrmSession, plan: RequestPlan, base: repo.StoredManifest | None = N
     if saved is None:  # planned from a layout state another worker has moved since
         return None
     stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
+    tenant_id = session_tenant(db, sid) or DEFAULT_TENANT if plan.derived_payloads else DEFAULT_TENANT
+    # every index payload is linked to the session (issue 12): readable by its tenant through the
+    # handle the trunk names; those stored before are linked again (a no-op but for sessions
+    # from before migration 0008_tenancy)
+    link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid, tenant_id=tenant_id)
     for handle, data in plan.derived_payloads.items():
         if handle not in stored_before:  # the previous manifest's index payloads are stored already
-            stored = repo.put_payload(db, data)
+            stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)
             if stored != handle:  # content-addressed: the note must name exactly what is stored
                 raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
     repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
@@ -307,7 +348,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
     """
     check_format(fmt)
     for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
-        with read_only(read_factory or factory) as db:
+        with core_read(read_factory or factory) as db:
             loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
         plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile, policy, watermarks),
@@ -316,16 +357,17 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens,
                             pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else False)
-        with unit_of_work(factory) as db:
+        with core_write(factory) as db:
             saved = save(db, plan, loaded.base)
             if saved is None:
                 db.rollback()
                 continue
-        memo.remember(session_id, fmt, plan.remembered, saved)
+        manifest_bytes = orjson.dumps(saved.data | {"id": saved.id})
+        memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=len(manifest_bytes))
         _observe(profile, plan)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
                                 body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,
-                                manifest_json=saved.data | {"id": saved.id})
+                                manifest_bytes=manifest_bytes)
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
 
@@ -337,16 +379,17 @@ def get_record(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, met
     of the next select request: the contract and the record). The record is a function of
     the events before the fold point, so ``text`` is rendered from the event log; before the
     first pass (nothing folded) ``record`` is the empty record. Raises SessionNotFound."""
-    with read_only(factory) as db:
+    with core_read(factory) as db:
         loaded = load(db, memo, session_id, "openai")
         stored = repo.load_record(db, session_id)
     state = loaded.state
     profile = profiles.get(state.session.profile)
-    groups, _, _ = build_turn_groups(loaded.events)
+    cache = memo.leaf_cache(session_id)
+    groups = cached_turn_groups(loaded.events, cache)
     cut = state.layout.cut_seq
     k = next((i for i, g in enumerate(groups) if g.first_seq >= cut), len(groups)) if cut else 0
     record, text = fold_record(state.session.contract, loaded.events, groups, k, watermarks=profile.watermarks,
-                               count=meters.get(profile).count_text, memo=memo.leaf_cache(session_id),
+                               count=meters.get(profile).count_text, memo=cache,
                                pinned=pinned_group(groups))
     saved = stored[2] if stored is not None else None
     return {"session_id": session_id, "passes": state.layout.passes,
@@ -376,28 +419,42 @@ def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest:
     return manifest
 
 
+#: Prometheus children by (metric, label values): ``labels()`` takes a lock and checks its
+#: values on every call, a dozen times a GET. Bounded by the profiles, formats, zones and
+#: roles there are.
+_CHILDREN: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    key = (metric, *labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = metric.labels(*labels)
+    return child
+
+
 def _observe(profile: Profile, plan: RequestPlan) -> None:
     m = plan.assembly.measurement
     manifest, reuse = plan.manifest, plan.reuse
     fmt = manifest.format
     limit = plan.assembly.budget.input_limit
     for role, tokens in m.by_role.items():
-        metrics.ASSEMBLED_TOKENS.labels(profile.name, role).inc(tokens)
-        metrics.BUDGET_OCCUPANCY.labels(profile.name, role).observe(tokens / limit)
-    metrics.REQUEST_TOKENS.labels(profile.name).observe(m.total)
-    metrics.PREDICTED_REUSED_TOKENS.labels(profile.name, fmt).inc(reuse.predicted_cached_tokens)
-    metrics.REUSE_RATIO.labels(profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
+        _child(metrics.ASSEMBLED_TOKENS, profile.name, role).inc(tokens)
+        _child(metrics.BUDGET_OCCUPANCY, profile.name, role).observe(tokens / limit)
+    _child(metrics.REQUEST_TOKENS, profile.name).observe(m.total)
+    _child(metrics.PREDICTED_REUSED_TOKENS, profile.name, fmt).inc(reuse.predicted_cached_tokens)
+    _child(metrics.REUSE_RATIO, profile.name, fmt).observe(reuse.predicted_cached_tokens / m.total if m.total else 0.0)
     if manifest.cache.first_divergence is not None:
-        metrics.TRUNK_REWRITES.labels(profile.name, manifest.cache.first_divergence.zone).inc()
+        _child(metrics.TRUNK_REWRITES, profile.name, manifest.cache.first_divergence.zone).inc()
     segments = m.extra.get("segments")
     if isinstance(segments, dict):
         for zone, counts in segments.items():
             for result in ("hits", "misses"):
                 if counts[result]:
-                    metrics.SEGMENT_CACHE.labels(profile.name, zone, result).inc(counts[result])
-    evicted = sum(i.tokens or 0 for i in manifest.elided)
-    capped = sum(i.elided_tokens for i in manifest.items)
+                    _child(metrics.SEGMENT_CACHE, profile.name, zone, result).inc(counts[result])
+    evicted = sum(filter(None, map(attrgetter("tokens"), manifest.elided)))
+    capped = sum(map(attrgetter("elided_tokens"), manifest.items))
     if evicted:
-        metrics.ELIDED_TOKENS.labels(profile.name, "evicted").inc(evicted)
+        _child(metrics.ELIDED_TOKENS, profile.name, "evicted").inc(evicted)
     if capped:
-        metrics.ELIDED_TOKENS.labels(profile.name, "item_cap").inc(capped)
+        _child(metrics.ELIDED_TOKENS, profile.name, "item_cap").inc(capped)

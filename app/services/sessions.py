@@ -15,8 +15,11 @@ from sqlalchemy.orm import Session as OrmSession
 from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
 from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.store import repository as repo
+from app.store.tenancy import own_payload
+from app.services import redaction
 from app.store.tables import ArtifactRow, SessionRow, utcnow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -25,8 +28,8 @@ from app.observability import metrics
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
                    tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None,
-                   model: str | None = None) -> str:
-    """Create a session; returns its id (32 hex chars). ``model`` is the ``model`` of the
+                   model: str | None = None, tenant_id: str = DEFAULT_TENANT) -> str:
+    """Create a session of tenant ``tenant_id``; returns its id (32 hex chars). ``model`` is the ``model`` of the
     session's request bodies (every format); None follows the profile's model.
 
     With ``meters``, the text rendered verbatim (contract goal and constraints, which are
@@ -53,7 +56,7 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
                 control_string=control, profile=profile)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     metadata=metadata, model=model)
+                     metadata=metadata, model=model, tenant_id=tenant_id)
     return session_id
 
 
@@ -131,7 +134,7 @@ def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id
 
 
 def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
-                  max_payload_bytes: int | None = None) -> dict[str, Any]:
+                  max_payload_bytes: int | None = None, redact: bool = True) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
@@ -139,6 +142,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     conflict. Payloads go to content-addressed storage; the log keeps their handles.
     ``max_payload_bytes`` bounds each new payload: a tool result's payload (UTF-8 bytes)
     and a message's canonical JSON (content, reasoning, tool calls).
+
+    ``redact`` (issue 12 item 5, app/services/redaction.py): secrets are redacted once,
+    here, in what enters requests: a message's content, reasoning and tool-call arguments
+    (stored redacted in the event; arguments stay valid JSON) and a tool output (its
+    redacted text stored as a payload of its own, ``view``); the event records the kinds
+    (``redactions``), which the manifest item reports as a transform. The raw bytes stay
+    whole behind the event's handle. Contract, system text and tools are never redacted.
 
     Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
     "new_tool_outputs": [handles of the tool results created by this batch]}``.
@@ -188,7 +198,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                          "tool_calls": body.get("tool_calls") or []}
             data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
                                     **where)
-            body["handle"] = repo.put_payload(db, data)
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            if redact and (kinds := redaction.redact_event(body)):
+                body["redactions"] = list(kinds)
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -204,8 +217,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             else:
                 answers.append((call_id, seq + 1))
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
-            body["handle"] = repo.put_payload(db, data)
-            new_outputs.append(body["handle"])
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            if done is not None and done.changed:
+                body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
+                body["redactions"] = list(done.kinds)
+            new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
             _bind_reads(db, session_id, body, where)
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"])

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import orjson
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
@@ -98,4 +98,42 @@ def unit_of_work(factory: sessionmaker[OrmSession]) -> Iterator[OrmSession]:
             db.commit()
         except BaseException:
             db.rollback()
+            raise
+
+
+@contextmanager
+def core_read(factory: sessionmaker[OrmSession]) -> Iterator[Connection | OrmSession]:
+    """:func:`read_only` on a Core connection of ``factory``'s engine (no ORM session): for a
+    path that sends only Core statements (the GET's load). The transaction begins at the
+    first statement and is always rolled back. Falls back to :func:`read_only` for a
+    factory without a bound engine."""
+    bind = factory.kw.get("bind")
+    if bind is None:
+        with read_only(factory) as db:
+            yield db
+        return
+    with bind.connect() as conn:
+        try:
+            yield conn
+        finally:
+            conn.rollback()
+
+
+@contextmanager
+def core_write(factory: sessionmaker[OrmSession]) -> Iterator[Connection | OrmSession]:
+    """:func:`unit_of_work` on a Core connection of ``factory``'s engine (no ORM session):
+    the transaction begins at the first statement, is committed when the block ends
+    normally (nothing to commit after an explicit ``rollback()``), rolled back on any
+    exception. Falls back to :func:`unit_of_work` for a factory without a bound engine."""
+    bind = factory.kw.get("bind")
+    if bind is None:
+        with unit_of_work(factory) as db:
+            yield db
+        return
+    with bind.connect() as conn:
+        try:
+            yield conn
+            conn.commit()
+        except BaseException:
+            conn.rollback()
             raise

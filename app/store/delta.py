@@ -18,6 +18,7 @@ values (dict key order included).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import orjson
@@ -30,12 +31,21 @@ def _key(value: Any) -> bytes:
 def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
     ops: list[Any] = []
     positions: dict[bytes, list[int]] | None = None
+    # values shared with base (the same objects: consecutive manifests share their unchanged
+    # items) are found by identity; once one is, a value found no other way is taken as new
+    # (a literal: always correct) instead of serializing every base value to look it up
+    by_id = {id(value): j for j, value in reversed(list(enumerate(base)))}
+    shared = False
     i = 0
     while i < len(new):
         # the usual case first: a run of new values equal to a run of base values (C-level ==)
         start = ops[-1][1] if ops and isinstance(ops[-1], list) else 0
-        at = next((j for j in range(start, min(len(base), start + 64)) if _same(base[j], new[i])), None)
-        if at is None:
+        at = by_id.get(id(new[i]))
+        if at is not None and base[at] is new[i]:
+            shared = True
+        else:
+            at = next((j for j in range(start, min(len(base), start + 64)) if _same(base[j], new[i])), None)
+        if at is None and not shared:
             if positions is None:
                 positions = {}
                 for j, value in enumerate(base):
@@ -51,15 +61,23 @@ def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
             continue
         end = at + 1
         i += 1
-        while i < len(new) and end < len(base) and _same(base[end], new[i]):
+        while i < len(new) and end < len(base):
+            a, b = base[end], new[i]
+            if a is not b and not _same(a, b):  # the same object: consecutive manifests share unchanged items
+                break
             end, i = end + 1, i + 1
         ops.append([at, end])
     return ops
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal as JSON, types included (``1`` is not ``true``): Python's == first (fast,
-    in C), then, only when it says equal, the serialized forms."""
+    """Equal as JSON, types included (``1`` is not ``true``): the same object (consecutive
+    manifests share their unchanged items, see ``Item.to_json``), else Python's == first
+    (fast, in C), then, only when it says equal, the serialized forms."""
+    if a is b:
+        return True
+    if type(a) is list and type(b) is list and len(a) == len(b) and all(map(operator.is_, a, b)):
+        return True
     return bool(a == b) and (type(a) is type(b) and isinstance(a, str) or _key(a) == _key(b))
 
 

@@ -9,7 +9,7 @@ from datetime import timezone
 from typing import Any, Iterable, Sequence
 
 import orjson
-from sqlalchemy import JSON, bindparam, func, select, update
+from sqlalchemy import JSON, Connection, Row, bindparam, func, select, update
 from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -43,6 +43,16 @@ from app.store.tables import (
     ToolCallRow,
     utcnow,
 )
+
+
+#: What the repositories run statements on: an ORM session, or (on the GET path, which
+#: sends only Core statements) the session's Core connection, skipping the ORM's layers.
+Db = OrmSession | Connection
+
+
+def core(db: Db) -> Connection:
+    """The Core connection of ``db`` (its transaction begins here if it has not yet)."""
+    return db if isinstance(db, Connection) else db.connection()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -84,7 +94,7 @@ _SESSION_STATE = (
 )
 
 
-def load_session_state(db: OrmSession, session_id: str,
+def load_session_state(db: Db, session_id: str,
                        fmt: str | None = None) -> tuple[SessionState, PreviousRequest | None] | None:
     """The session, its last seq and its layout state and, with ``fmt``, what it keeps of
     its last request in that format: one statement. None when there is no such session."""
@@ -102,9 +112,10 @@ def load_session_state(db: OrmSession, session_id: str,
 
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
-                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None) -> SessionRow:
+                tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
+                tenant_id: str = "default") -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0)
+                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
     db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0, deferred=[], shown_upto=0))
@@ -123,14 +134,19 @@ def get_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> S
 
 # --- payloads -------------------------------------------------------------------------
 
-def _upsert_insert(db: OrmSession) -> Any:
+def dialect_name(db: OrmSession | Connection) -> str:
+    """The database dialect's name (sqlite, postgresql) of an ORM session or a Core connection."""
+    return db.dialect.name if isinstance(db, Connection) else db.get_bind().dialect.name
+
+
+def _upsert_insert(db: OrmSession | Connection) -> Any:
     """The dialect's ``insert`` construct with ON CONFLICT support (PostgreSQL, SQLite),
     or None for another dialect."""
-    dialect = db.get_bind().dialect.name
+    dialect = dialect_name(db)
     return pg_insert if dialect == "postgresql" else sqlite_insert if dialect == "sqlite" else None
 
 
-def put_payload(db: OrmSession, data: bytes) -> str:
+def put_payload(db: Db, data: bytes) -> str:
     """Store ``data`` once under its sha256 (hex); returns the handle."""
     digest = sha256_hex(data)
     values = {"sha256": digest, "size": len(data), "data": data}
@@ -171,7 +187,7 @@ def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def payload_token_counts(db: OrmSession, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
+def payload_token_counts(db: Db, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
     """handle -> the stored token count of that payload under ``tokenizer_id`` (None when
     not counted yet), for the given handles that exist. Chunks of 500 handles."""
     wanted = sorted(set(handles))
@@ -289,7 +305,15 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
     return max(found, key=lambda r: r[0])[1] if found else None
 
 
-def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
+def text_handle(body: dict[str, Any]) -> str:
+    """The handle of the text a tool result brings into requests: its redacted ``view``
+    when ingest redacted secrets from it, else its payload's."""
+    return str(body.get("view") or body["handle"])
+
+
+def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
+    """The domain event of an event row (an ORM row or a Core row with ``seq, event_id,
+    kind, body, created_at``); ``payloads``: handle -> text of the tool results' texts."""
     body = row.body
     created = row.created_at
     at = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else None
@@ -299,14 +323,16 @@ def event_from_row(row: EventRow, payloads: dict[str, str]) -> Event:
             handle=body["handle"], reasoning=body.get("reasoning"),
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
             at=at,
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
         return ToolResultEvent(
-            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[body["handle"]],
+            seq=row.seq, event_id=row.event_id, call_id=body["call_id"], payload=payloads[text_handle(body)],
             handle=body["handle"], exit_code=body.get("exit_code"),
             binding=binding_from_json(binding) if binding else None, conditions=dict(body.get("conditions") or {}),
             at=at,
+            redactions=tuple(body.get("redactions") or ()),
         )
     if row.kind == "artifact_write":
         return ArtifactWriteEvent(seq=row.seq, event_id=row.event_id, artifact=body["artifact"],
@@ -331,22 +357,22 @@ def binding_from_json(data: dict[str, Any]) -> Binding:
 
 
 _EVENTS = (
-    select(EventRow)
+    select(EventRow.seq, EventRow.event_id, EventRow.kind, EventRow.body, EventRow.created_at)
     .where(EventRow.session_id == bindparam("sid"), EventRow.seq > bindparam("after"), EventRow.seq <= bindparam("upto"))
     .order_by(EventRow.seq)
 )
 _PAYLOADS = select(PayloadRow.sha256, PayloadRow.data).where(PayloadRow.sha256.in_(bindparam("handles", expanding=True)))
 
 
-def load_events(db: OrmSession, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
+def load_events(db: Db, session_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> list[Event]:
     """The session's events with ``after_seq < seq <= upto_seq`` (all by default), in seq
     order, tool results with their payloads: one statement for the events, one more for
     the payloads when there are tool results. (The payload handle is not taken out of the
     JSON body in SQL: PostgreSQL's ``json`` operators refuse a document holding a NUL
     escape anywhere, which message text and payloads may hold.)"""
     params = {"sid": session_id, "after": after_seq, "upto": upto_seq if upto_seq is not None else 2**31 - 1}
-    rows = db.execute(_EVENTS, params).scalars().all()
-    handles = sorted({row.body["handle"] for row in rows if row.kind == "tool_result"})
+    rows = db.execute(_EVENTS, params).all()
+    handles = sorted({text_handle(row.body) for row in rows if row.kind == "tool_result"})
     payloads: dict[str, str] = {}
     if handles:
         payloads = {sha: bytes(data).decode("utf-8") for sha, data in db.execute(_PAYLOADS, {"handles": handles})}
@@ -399,7 +425,7 @@ _MANIFEST_INSERT_CHECKED = core_insert(ManifestRow.__table__).from_select(
 ).returning(ManifestRow.id)
 
 
-def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | None = None,
+def add_manifest(db: Db, manifest: Manifest, *, base: StoredManifest | None = None,
                  planner_version: int | None = None, layout_version: int | None = None) -> StoredManifest | None:
     """Store ``manifest`` (its ``id`` is ignored): as a delta of ``base`` (the session's
     previous manifest in the same format), or whole when there is none or ``base`` is
@@ -430,7 +456,7 @@ def add_manifest(db: OrmSession, manifest: Manifest, *, base: StoredManifest | N
     return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
 
 
-def load_manifest(db: OrmSession, session_id: str, manifest_id: int) -> StoredManifest | None:
+def load_manifest(db: Db, session_id: str, manifest_id: int) -> StoredManifest | None:
     """The stored manifest ``manifest_id`` of ``session_id``, rebuilt from its keyframe and
     deltas (two statements), or None if absent or another session's."""
     head = db.execute(select(ManifestRow.format, ManifestRow.manifest, ManifestRow.data, ManifestRow.base_id,
@@ -485,7 +511,7 @@ _LAYOUT_CAS = (update(LayoutStateRow.__table__)
 _LAYOUT_CAS_RECORD = _LAYOUT_CAS.values(record=bindparam("record", type_=JSON()))
 
 
-def compare_and_set_layout(db: OrmSession, session_id: str, expected: LayoutState, new: LayoutState, *,
+def compare_and_set_layout(db: Db, session_id: str, expected: LayoutState, new: LayoutState, *,
                            record: dict[str, Any] | None = None) -> bool:
     """Write ``new`` (with ``record``, the progress record its fold point gives, when
     given) if the stored layout state is still ``expected`` (same version); True when
@@ -531,8 +557,8 @@ def _prefix_upsert(insert: Any) -> Any:
 _PREFIX_UPSERT = {"sqlite": _prefix_upsert(sqlite_insert), "postgresql": _prefix_upsert(pg_insert)}
 
 
-def put_previous_request(db: OrmSession, session_id: str, fmt: str, previous: PreviousRequest) -> None:
-    statement = _PREFIX_UPSERT.get(db.get_bind().dialect.name)
+def put_previous_request(db: Db, session_id: str, fmt: str, previous: PreviousRequest) -> None:
+    statement = _PREFIX_UPSERT.get(dialect_name(db))
     if statement is None:
-        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {db.get_bind().dialect.name}")
+        raise NotImplementedError(f"prefix states need PostgreSQL or SQLite, not {dialect_name(db)}")
     db.execute(statement, {"session_id": session_id, "format": fmt, "state": previous.to_json(), "updated_at": utcnow()})

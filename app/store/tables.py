@@ -20,6 +20,7 @@ class Base(DeclarativeBase):
 
 class SessionRow(Base):
     __tablename__ = "sessions"
+    __table_args__ = (Index("ix_sessions_tenant_created", "tenant_id", "created_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     profile: Mapped[str] = mapped_column(String(64))
@@ -28,6 +29,10 @@ class SessionRow(Base):
     tools: Mapped[list[Any]] = mapped_column(JSON)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     model: Mapped[str | None] = mapped_column(String(256), nullable=True, default=None)  # None: the profile's
+    # the owning tenant (issue 12; migration 0008_tenancy backfilled existing sessions to "default")
+    tenant_id: Mapped[str] = mapped_column(String(32), ForeignKey("tenants.id"), default="default")
+    # bytes of the payloads this session's events posted, each counted every time (storage quota)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -46,7 +51,7 @@ class LayoutStateRow(Base):
     deferred: Mapped[list[int]] = mapped_column(JSON, default=list)
     shown_upto: Mapped[int] = mapped_column(Integer, default=0)
     passes: Mapped[int] = mapped_column(Integer, default=0)
-    # the progress record (migration 0008) the state's fold point gives (select; seed 000 table 7), as JSON
+    # the progress record (migration 0009_progress_record) the state's fold point gives (select; seed 000 table 7), as JSON
     record: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -148,3 +153,42 @@ class PrefixStateRow(Base):
     format: Mapped[str] = mapped_column(String(16), primary_key=True)
     state: Mapped[dict[str, Any]] = mapped_column(JSON)  # PreviousRequest.to_json(): ~200 bytes
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class TenantRow(Base):
+    """A tenant: the principal that owns sessions (issue 12). ``default`` always exists."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiKeyRow(Base):
+    """An API key: ``id`` is its public prefix, ``digest`` the SHA-256 (hex) of its secret part;
+    the secret itself is never stored (app/services/tenancy.py)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(32), ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class PayloadOwnerRow(Base):
+    """Ownership link: session ``session_id`` (of tenant ``tenant_id``) posted payload ``sha256``
+    or ctxd derived it for that session's requests. Payloads stay deduplicated by content; a
+    handle is readable only through a link in the caller's scope. The foreign key to
+    ``payloads`` makes a link pin its payload (a session delete cannot remove a payload that
+    a concurrent insert just linked)."""
+
+    __tablename__ = "payload_owners"
+    __table_args__ = (Index("ix_payload_owners_tenant", "tenant_id", "sha256"),
+                      Index("ix_payload_owners_session", "session_id"))
+
+    sha256: Mapped[str] = mapped_column(String(64), ForeignKey("payloads.sha256"), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(32))

@@ -33,11 +33,9 @@ from typing import Any, Callable, Sequence
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
 from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
-from app.domain.memo import bounded_memo
-from app.domain.prefix_layout import leaf_chars
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
-from app.domain.text import cut_head_tail
+from app.domain.text import ControlStrings, cut_head_tail
 from app.tokenizers.native import native_renderer, template_sha256
 from app.wire.openai import tool_call_id
 
@@ -45,13 +43,9 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
 
-# Bounds of the in-process memos (issue 9 item 7). The module-level memos of the render
-# path (arguments_text, _shared_template_message) run hundreds of times a GET, so they are
-# functools' LRU (app.domain.memo.bounded_memo) holding entries of at most MEMO_ENTRY_CHARS
-# characters: at most 64 M characters each. The meters' own memos are cachetools LRUs
-# bounded in bytes (app/caches.py).
-MEMO_ENTRIES = 16384
-MEMO_ENTRY_CHARS = 4096
+# Bounds of the in-process memos (issue 9 item 7): the meters' own memos are cachetools
+# LRUs bounded in bytes (app/caches.py). A leaf message's template dict is kept in the
+# message's own memo (LeafMessage.memo), which lives as long as the session's leaf cache.
 COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token count
 HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
@@ -92,7 +86,6 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else arguments
 
 
-@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, len)
 def arguments_text(arguments: str) -> str:
     """What a template's ``arguments | tojson`` prints for :func:`parse_arguments`'s value:
     the JSON object dumped as transformers' ``tojson`` does, else the string itself.
@@ -119,7 +112,7 @@ def template_messages(conversation: Conversation, *, render_reasoning: bool = Fa
         {"role": "user", "content": conversation.trunk},
     ]
     if arguments_as_text:
-        messages.extend(_shared_template_message(m, render_reasoning) for m in conversation.leaf)
+        messages.extend(_shared_template_entry(m, render_reasoning)[0] for m in conversation.leaf)
     else:
         messages.extend(_template_message(m, render_reasoning, parse_arguments) for m in conversation.leaf)
     return messages
@@ -142,9 +135,15 @@ def _template_message(m: LeafMessage, render_reasoning: bool, args: Callable[[st
     return {"role": m.role, "content": m.content}
 
 
-@bounded_memo(MEMO_ENTRIES, MEMO_ENTRY_CHARS, leaf_chars)
-def _shared_template_message(m: LeafMessage, render_reasoning: bool) -> dict[str, Any]:
-    return _template_message(m, render_reasoning, arguments_text)
+def _shared_template_entry(m: LeafMessage, render_reasoning: bool) -> tuple[dict[str, Any], dict[Any, Any]]:
+    """``m``'s template dict with its arguments as text, and a memo for what the native
+    renderer derives from that dict; built once per message (kept in ``m.memo``: a
+    session's leaf messages are the same objects from request to request)."""
+    key = ("template", render_reasoning)
+    found = m.memo.get(key)
+    if found is None:
+        found = m.memo[key] = (_template_message(m, render_reasoning, arguments_text), {})
+    return found  # type: ignore[no-any-return]
 
 
 def openai_to_template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -224,7 +223,7 @@ class HFChatMeter:
         self.template_kwargs = dict(template_kwargs or {})
         added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
         self._added = re.compile("|".join(re.escape(a) for a in added)) if added else None
-        self.control_strings = control_strings(tokenizer)
+        self.control_strings = ControlStrings(control_strings(tokenizer))
         # payloads are immutable: a text is counted, and a capped tool output cut, once (keyed
         # by the text's sha256, so the memo does not hold the text)
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
@@ -293,11 +292,13 @@ class HFChatMeter:
     # -- rendering ---------------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, *,
-               add_generation_prompt: bool = True) -> str:
+               add_generation_prompt: bool = True, memos: Sequence[dict[Any, Any] | None] | None = None) -> str:
         """The chat template's text for ``messages`` (same output as
-        ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``)."""
+        ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``). ``memos``:
+        per message, a memo the native renderer may keep its work in (messages passed
+        again unchanged in later renders)."""
         if self._native is not None:
-            text = self._native(messages, tools, add_generation_prompt, **self.template_kwargs)
+            text = self._native(messages, tools, add_generation_prompt, memos=memos, **self.template_kwargs)
             if text is not None:
                 return text
         if self._template is None or any(_marked(m) for m in messages):
@@ -375,10 +376,20 @@ class HFChatMeter:
                                         rule="chat-template", reason=str(exc)) from exc
 
     def _measure(self, conversation: Conversation) -> Measurement:
-        messages = template_messages(conversation, render_reasoning=self.render_reasoning,
-                                     arguments_as_text=self._native is not None)
+        memos: list[dict[Any, Any] | None] | None = None
+        if self._native is not None:
+            messages = [{"role": "system", "content": conversation.system},
+                        {"role": "user", "content": conversation.trunk}]
+            memos = [None, None]
+            key = ("template", self.render_reasoning)
+            for m in conversation.leaf:
+                entry = m.memo.get(key) or _shared_template_entry(m, self.render_reasoning)
+                messages.append(entry[0])
+                memos.append(entry[1])
+        else:
+            messages = template_messages(conversation, render_reasoning=self.render_reasoning)
         tools = list(conversation.tools)
-        text = self.render(messages, tools)
+        text = self.render(messages, tools, memos=memos)
         trunk_start, leaf_start, bare_root = self._head(messages, tools or None)
         if self._added is not None and not self._added.match(text, leaf_start):
             leaf_start = self._boundary_before(text, leaf_start)

@@ -25,7 +25,7 @@ from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.errors import ProviderRuleViolation
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
-from app.domain.text import CUT_MARGIN, cut_head_tail
+from app.domain.text import CUT_MARGIN, ControlStrings, cut_head_tail
 from app.tokenizers.hf import memoized_cuts
 from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
@@ -94,7 +94,7 @@ class MistralMeter:
         self.tekken = tekken
         self._raw = tekken.mistral.instruct_tokenizer.tokenizer
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
-        self.control_strings = self._control_strings()
+        self.control_strings = ControlStrings(self._control_strings())
         self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
         self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]

@@ -82,8 +82,51 @@ def _call_text(call: Any) -> str | None:
     return '<tool_call>\n{"name": "' + name + '", "arguments": ' + args + "}\n</tool_call>"
 
 
+_INVALID = ("invalid",)  # a message outside the shapes handled (memoized like the others)
+
+
+def _qwen3_parts(m: dict[str, Any]) -> tuple[Any, ...]:
+    """What the Qwen3 template renders of one message, independent of its neighbours:
+    ``("turn", text, is_system)`` for a user or system message, ``("assistant", content, reasoning,
+    calls)`` (content and reasoning after splitting a ``</think>`` out of the content,
+    reasoning None when the template would find none; calls the ``<tool_call>`` blocks
+    with their separators), ``("tool", text)``, or ``_INVALID``."""
+    role = m.get("role")
+    allowed = _KEYS.get(role) if isinstance(role, str) else None
+    if allowed is None or not allowed.issuperset(m) or not isinstance(m.get("content"), str):
+        return _INVALID
+    reasoning = m.get("reasoning_content")
+    if reasoning is not None and not isinstance(reasoning, str):
+        return _INVALID
+    content = m["content"]
+    if role in ("user", "system"):
+        return ("turn", "<|im_start|>" + role + "\n" + content + "<|im_end|>\n", role == "system")
+    if role == "tool":
+        return ("tool", "\n<tool_response>\n" + content + "\n</tool_response>")
+    if reasoning is None:
+        reasoning = ""
+        if "</think>" in content:
+            parts = content.split("</think>")
+            content = parts[-1].lstrip("\n")
+            reasoning = parts[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+    calls = m.get("tool_calls")
+    out: list[str] = []
+    if calls:
+        if not isinstance(calls, list):
+            return _INVALID
+        for j, call in enumerate(calls):
+            text = _call_text(call)
+            if text is None:
+                return _INVALID
+            if j > 0 or content:
+                out.append("\n")
+            out.append(text)
+    return ("assistant", content, reasoning, "".join(out))
+
+
 def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
-                 add_generation_prompt: bool = True, **template_kwargs: Any) -> str | None:
+                 add_generation_prompt: bool = True, *, memos: Sequence[dict[Any, Any] | None] | None = None,
+                 **template_kwargs: Any) -> str | None:
     """The Qwen3 chat template (:data:`QWEN3_TEMPLATE_SHA256`) in Python.
 
     Same output as ``apply_chat_template(messages, tools=tools, tokenize=False,
@@ -93,17 +136,25 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
     with Jinja instead) for any other keyword, or input outside the shapes handled: a
     content that is not a string, a role other than system/user/assistant/tool, an unknown
     key, a malformed tool call.
+
+    ``memos``: optional, one per message (or None): a dict kept with a message that is
+    passed again, unchanged, in later renders (``LeafMessage.memo``), where what the
+    template renders of the message apart from its neighbours is kept, so a long
+    conversation re-renders only its new messages.
     """
     if not messages or not set(template_kwargs) <= {"enable_thinking"}:
         return None
-    for m in messages:
-        role = m.get("role")
-        allowed = _KEYS.get(role) if isinstance(role, str) else None
-        if allowed is None or not allowed.issuperset(m) or not isinstance(m.get("content"), str):
+    parts: list[tuple[Any, ...]] = []
+    for index, m in enumerate(messages):
+        memo = memos[index] if memos is not None and index < len(memos) else None
+        found = memo.get("qwen3") if memo is not None else None
+        if found is None:
+            found = _qwen3_parts(m)
+            if memo is not None:
+                memo["qwen3"] = found
+        if found is _INVALID:
             return None
-        reasoning = m.get("reasoning_content")
-        if reasoning is not None and not isinstance(reasoning, str):
-            return None
+        parts.append(found)
     out: list[str] = []
     first = messages[0]
     if tools:
@@ -127,46 +178,31 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
                 last_query = index
                 break
 
-    for i, m in enumerate(messages):
-        role = m["role"]
-        if role == "user" or (role == "system" and i > 0):
-            out.append("<|im_start|>" + role + "\n" + m["content"] + "<|im_end|>\n")
-        elif role == "assistant":
-            content = m["content"]
-            reasoning = m.get("reasoning_content")
-            if reasoning is None:
-                reasoning = ""
-                if "</think>" in content:
-                    parts = content.split("</think>")
-                    content = parts[-1].lstrip("\n")
-                    reasoning = parts[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+    append = out.append
+    for i, part in enumerate(parts):
+        kind = part[0]
+        if kind == "turn":
+            if i > 0 or not part[2]:  # a first system message is the root, rendered above
+                append(part[1])
+        elif kind == "assistant":
+            _, content, reasoning, calls = part
             if i > last_query and (i == n - 1 or reasoning):
-                out.append("<|im_start|>assistant\n<think>\n" + reasoning.strip("\n") + "\n</think>\n\n"
-                           + content.lstrip("\n"))
+                append("<|im_start|>assistant\n<think>\n" + reasoning.strip("\n") + "\n</think>\n\n"
+                       + content.lstrip("\n"))
             else:
-                out.append("<|im_start|>assistant\n" + content)
-            calls = m.get("tool_calls")
-            if calls:
-                if not isinstance(calls, list):
-                    return None
-                for j, call in enumerate(calls):
-                    text = _call_text(call)
-                    if text is None:
-                        return None
-                    if j > 0 or content:
-                        out.append("\n")
-                    out.append(text)
-            out.append("<|im_end|>\n")
-        elif role == "tool":
-            if i == 0 or messages[i - 1]["role"] != "tool":
-                out.append("<|im_start|>user")
-            out.append("\n<tool_response>\n" + m["content"] + "\n</tool_response>")
-            if i == n - 1 or messages[i + 1]["role"] != "tool":
-                out.append("<|im_end|>\n")
+                append("<|im_start|>assistant\n" + content)
+            append(calls)
+            append("<|im_end|>\n")
+        else:  # tool
+            if i == 0 or parts[i - 1][0] != "tool":
+                append("<|im_start|>user")
+            append(part[1])
+            if i == n - 1 or parts[i + 1][0] != "tool":
+                append("<|im_end|>\n")
     if add_generation_prompt:
-        out.append("<|im_start|>assistant\n")
+        append("<|im_start|>assistant\n")
         if template_kwargs.get("enable_thinking", True) is False:
-            out.append("<think>\n\n</think>\n\n")
+            append("<think>\n\n</think>\n\n")
     return "".join(out)
 
 

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from app.domain.layout import Conversation, tool_arguments
+from app.domain.layout import Conversation, LeafMessage, tool_arguments
 from app.wire.ids import mapped_id
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -60,6 +60,33 @@ def _tools(conversation: Conversation) -> list[dict[str, Any]]:
     return out
 
 
+def _blocks(m: LeafMessage) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """The role and content blocks one leaf message contributes, built once per message
+    (kept in ``m.memo``; read-only: ``serialize`` copies what it changes)."""
+    found = m.memo.get("anthropic")
+    if found is None:
+        blocks: list[dict[str, Any]] = []
+        if m.role == "assistant":
+            if m.content.strip():
+                blocks.append({"type": "text", "text": m.content})
+            for c in m.tool_calls:
+                blocks.append({"type": "tool_use", "id": tool_use_id(c.call_id), "name": c.name,
+                               "input": tool_input(c.arguments)})
+            role = "assistant"
+        elif m.role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id(m.call_id or "")}
+            if m.content:
+                block["content"] = m.content
+            blocks.append(block)
+            role = "user"
+        else:
+            if m.content.strip():
+                blocks.append({"type": "text", "text": m.content})
+            role = "user"
+        found = m.memo["anthropic"] = (role, tuple(blocks))
+    return found  # type: ignore[no-any-return]
+
+
 def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dict[str, Any]:
     """A body ``anthropic.Anthropic().messages.create(**body)`` accepts."""
     # the trunk's own block carries its breakpoint, even when leaf user blocks join its message
@@ -75,24 +102,12 @@ def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dic
             messages.append({"role": role, "content": blocks})
 
     for m in conversation.leaf:
-        if m.role == "assistant":
-            blocks: list[dict[str, Any]] = []
-            if m.content.strip():
-                blocks.append({"type": "text", "text": m.content})
-            for c in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": tool_use_id(c.call_id), "name": c.name, "input": tool_input(c.arguments)})
-            add("assistant", blocks)
-        elif m.role == "tool":
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id(m.call_id or "")}
-            if m.content:
-                block["content"] = m.content
-            add("user", [block])
-        elif m.content.strip():
-            add("user", [{"type": "text", "text": m.content}])
+        role, blocks = _blocks(m)
+        add(role, list(blocks))
     # then the last leaf block (none when the leaf is empty: the trunk block is the last)
     last_block = messages[-1]["content"][-1]
-    if last_block is not trunk_block:
-        last_block["cache_control"] = EPHEMERAL
+    if last_block is not trunk_block:  # a copy: the message's blocks are shared with later bodies
+        messages[-1]["content"][-1] = last_block | {"cache_control": EPHEMERAL}
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     if conversation.tools:
         body["tools"] = _tools(conversation)

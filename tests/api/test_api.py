@@ -110,7 +110,8 @@ def test_malformed_events_are_422(client: TestClient, bad_event: dict) -> None:
     sid = new_session(client)
     assert_problem(post(client, sid, bad_event), 422)
     assert_problem(client.post(f"/v1/sessions/{sid}/events", json={"events": []}), 422)
-    assert_problem(client.post(f"/v1/sessions/{sid}/events", content=b"{not json", headers={"content-type": "application/json"}), 422)
+    # issue 12 item 6: a body that is not JSON is a 400 (it was a 422 before)
+    assert_problem(client.post(f"/v1/sessions/{sid}/events", content=b"{not json", headers={"content-type": "application/json"}), 400)
 
 
 def test_artifact_revisions_and_binding_default(client: TestClient) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import itertools
+from collections import Counter
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +40,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    ensure_resource_availability,
+    use_after_free,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -133,6 +136,8 @@ def _live_copy(case: Any, live: dict[str, Any]) -> Any | None:
     for name in ("session_id", "handle"):
         if name in path:
             path[name] = live[name]
+    if case.method == "DELETE" and "session_id" in path:  # delete a throwaway session, never the live one
+        path["session_id"] = live["client"].post("/v1/sessions", json=LIVE_SESSION).json()["id"]
     if case.path.endswith("/events") and isinstance(body, dict) and isinstance(body.get("events"), list):
         n = next(live["counter"])
         body = {**body, "events": [{**e, "event_id": f"{n}.{i}-{e['event_id']}"[:200]}
@@ -233,3 +238,54 @@ def test_no_server_error(case: Any, base_url: str, live: dict[str, Any]) -> None
                 f"{what}: {r.status_code} {r.text[:2000]}")
             assert r.json()["errors"][0]["loc"] == [part, *path], f"{what}: {r.text[:2000]}"
         assert client.get(f"/v1/sessions/{sid}").json()["events"] == before, "a refused batch stored events"
+
+
+# --- stateful: OpenAPI links (issue 12 item 6) ------------------------------------------
+
+#: Scenarios (Hypothesis examples) of the state machine and calls per scenario: bounded, so
+#: the run stays near a minute on this 2-core machine.
+STATEFUL_EXAMPLES = 60
+STATEFUL_STEPS = 8
+
+
+def test_openapi_links_chain_real_operations() -> None:
+    """The document links session create -> its session operations -> request -> manifest
+    and handles; the links name existing operations and parameters (14 transitions)."""
+    document = create_app(Settings()).openapi()
+    links = document["paths"]["/v1/sessions"]["post"]["responses"]["201"]["links"]
+    ids = {op["operationId"] for ops in document["paths"].values() for op in ops.values()}
+    assert {"GetSession", "PostEvents", "GetRequest", "DeleteSession"} <= set(links)
+    assert all(link["operationId"] in ids for link in links.values())
+    assert schemathesis.openapi.from_dict(document).statistic.transitions.total == 14
+
+
+@pytest.mark.slow  # ~1 min: CI runs it with the rest of the slow tests
+def test_stateful_links_find_no_server_error(base_url: str) -> None:
+    """schemathesis' state machine follows the links on real sessions over real HTTP: no 5xx,
+    every response documented and conforming, a deleted session's links answer 404
+    (use-after-free), a created session's links are available (resource availability)."""
+    machine = schema.as_state_machine()
+    seen: Counter[tuple[str, str, int]] = Counter()
+
+    class Workflow(machine):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": base_url, "timeout": 60}
+
+        def after_call(self, response: Any, case: Any) -> None:
+            seen[(case.method, case.operation.path, response.status_code)] += 1
+            super().after_call(response, case)
+
+        def validate_response(self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any) -> None:
+            # the issue's checks plus the stateful ones; not "positive data acceptance": a
+            # schema-valid precondition on a revision that does not exist is rightly a 422
+            case.validate_response(response, checks=[*CHECKS, use_after_free, ensure_resource_availability],
+                                   transport_kwargs=kwargs or None, recorder=getattr(self, "recorder", None))
+
+    Workflow.run(settings=settings(max_examples=STATEFUL_EXAMPLES, stateful_step_count=STATEFUL_STEPS,
+                                   deadline=None, derandomize=True, database=None,
+                                   suppress_health_check=list(HealthCheck)))
+    ok = {(m, p) for (m, p, status), n in seen.items() if 200 <= status < 300}
+    print(f"\nstateful run: {sum(seen.values())} calls, {len(ok)} operations answered 2xx: {sorted(ok)}")
+    # the links reached real sessions: linked operations succeeded on sessions the run created
+    assert {("GET", "/v1/sessions/{session_id}/request"), ("DELETE", "/v1/sessions/{session_id}"),
+            ("POST", "/v1/sessions/{session_id}/events")} <= ok, seen

@@ -35,3 +35,29 @@ def test_an_appended_list_is_a_copy_and_a_literal() -> None:
                        "tokens": {"{": {"total": {"=": 9100}}}}}
     assert len(orjson.dumps(d)) < 150 < len(orjson.dumps(new))
     assert diff({"a": 1}, {"a": True}) == {"{": {"a": {"=": True}}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_values, min_size=1, max_size=12), st.lists(st.integers(0, 30), max_size=16),
+       st.lists(json_values, max_size=4), st.lists(st.booleans(), max_size=16))
+def test_apply_inverts_diff_when_values_are_shared(base, picks, extra, copies) -> None:
+    """Consecutive manifests share their unchanged items (the same objects): the delta finds
+    them by identity; copies equal in value and new values go in as they are."""
+    import copy
+
+    new = [base[p % len(base)] for p in picks]
+    new = [copy.deepcopy(v) if i < len(copies) and copies[i] else v for i, v in enumerate(new)] + extra
+    for wrap in (lambda v: v, lambda v: {"items": v, "n": len(v)}):
+        assert same(apply(wrap(base), diff(wrap(base), wrap(new))), wrap(new))
+
+
+def test_shared_items_are_copied_by_identity_without_serializing_the_base(monkeypatch) -> None:
+    import app.store.delta as delta
+
+    items = [{"seq": i, "why": "recent turn"} for i in range(300)]
+    new = items[5:] + [{"seq": 300}]
+    calls = []
+    real = delta._key
+    monkeypatch.setattr(delta, "_key", lambda v: calls.append(v) or real(v))
+    assert diff(items, new) == {"[": [[5, 300], {"+": [{"seq": 300}]}]}
+    assert len(calls) <= 2 * 64, "the base was not serialized value by value"

@@ -86,6 +86,26 @@ def test_equals_official_render(tok, first, rest, tools, gen, kwargs) -> None:
     assert render_qwen3(messages, tools, gen, **kwargs) == official(tok, messages, tools, gen, **kwargs)
 
 
+@settings(max_examples=200, deadline=None)
+@given(first=st.one_of(st.none(), text), rest=st.lists(message(), min_size=1, max_size=8),
+       more=st.lists(message(), max_size=4), drop=st.integers(min_value=0, max_value=3),
+       tools=st.sampled_from([None, [BASH]]), gen=st.booleans())
+def test_memoized_parts_render_as_official_when_the_conversation_grows_or_moves(tok, first, rest, more, drop, tools,
+                                                                                gen) -> None:
+    """Per-message memos (``LeafMessage.memo`` on the GET path) keep what a message renders
+    apart from its neighbours; the same messages rendered again with their memos, at other
+    positions and next to other messages (appended, oldest dropped), render as Jinja does:
+    nothing that depends on a neighbour (a tool run's start and end, the last query, the
+    last message's think block) is kept."""
+    head = [{"role": "system", "content": first}] if first is not None else []
+    memos = {id(m): {} for m in rest + more}
+    for messages in (head + rest, head + rest + more, head + rest[drop:] + more, head + rest + more):
+        if not messages:
+            continue
+        per = [memos.get(id(m)) for m in messages]
+        assert render_qwen3(messages, tools, gen, memos=per) == official(tok, messages, tools, gen)
+
+
 def test_enable_thinking_false_adds_an_empty_think_block(tok) -> None:
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
     text = render_qwen3(messages, None, True, enable_thinking=False)

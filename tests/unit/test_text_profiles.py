@@ -144,3 +144,19 @@ def test_no_neutralised_text_encodes_to_a_control_token(meters: dict[str, Any], 
     meter = meters[name]
     text, _ = neutralise_control_text("".join(parts), meter.control_strings)
     assert not control_ids(meter) & set(text_ids(meter, text))
+
+
+def test_head_tail_counts_a_left_out_character_whose_tokens_straddle_the_cuts(meters: dict[str, Any]) -> None:
+    """Found by the property test above on qwen3-nothink: a combining mark between the two
+    cuts whose byte-level tokens each reach into the head or the tail was left out while the
+    elided count said 0 (so the caller believed the text whole). Whatever the cut, a text
+    not returned whole reports at least one elided token."""
+    for name in PROFILES:
+        meter = meters[name]
+        for parts in (["e\u0301", "\U0010fffd", "a", "a", "🎉", "\t", "e\u0301", "<|im_end|>", "𝒳"],
+                      ["e\u0301"] * 30, ["a", "e\u0301", "中"] * 20, ["😀", "e\u0301", "\n"] * 20):
+            text = "".join(parts)
+            for head in range(0, 12):
+                for tail in range(0, 12):
+                    h, t, elided = meter.head_tail(text, head, tail)
+                    assert elided > 0 or (h, t) == (text, ""), (name, head, tail)

@@ -8,7 +8,9 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
+from app.api.auth import Caller
 from app.api.deps import Db, Memo, Meters, PassDueSignal, Profiles, Uow
+from app.api.problems import documented
 from app.api.schemas import (
     ROW_ID_MAX,
     AssembledRequest,
@@ -26,35 +28,29 @@ from app.api.routing import CheckedRoute
 from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
+from app.services import tenancy as tenancy_service
 from app.services.memo import AssemblyMemo
 from app.store.db import read_only
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
 
-PROBLEM = {"content": {"application/problem+json": {}}}
-ERRORS: dict[int | str, dict[str, Any]] = {400: {"description": "The body cannot be parsed", **PROBLEM},
-                                           404: {"description": "Not found", **PROBLEM},
-                                           409: {"description": "Conflict", **PROBLEM},
-                                           413: {"description": "Payload or request body too large", **PROBLEM},
-                                           416: {"description": "Range not satisfiable", **PROBLEM},
-                                           422: {"description": "Invalid input", **PROBLEM}}
-
-
-@router.post("/sessions", status_code=201, response_model=SessionCreated, responses=ERRORS)
-def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters) -> SessionCreated:
-    """Create a session (profile, task contract, system instructions, tool declarations).
-    Contract, system or tool text that spells a control token of the profile is 422."""
+@router.post("/sessions", status_code=201, response_model=SessionCreated, responses=documented(400, 413))
+def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
+                   caller: Caller) -> SessionCreated:
+    """Create a session (profile, task contract, system instructions, tool declarations) of
+    the caller's tenant. Contract, system or tool text that spells a control token of the
+    profile is 422."""
     profile = body.profile or request.app.state.settings.default_profile
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
             tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters,
-            model=body.model)
+            model=body.model, tenant_id=caller.tenant_id)
     return SessionCreated(id=session_id)
 
 
-@router.get("/sessions/{session_id}", response_model=SessionOut, responses=ERRORS)
+@router.get("/sessions/{session_id}", response_model=SessionOut, responses=documented(404))
 def get_session(session_id: str, db: Db, profiles: Profiles) -> SessionOut:
     """The session (``model``: the one its request bodies name), its event count, last seq
     and artifact revisions."""
@@ -62,15 +58,18 @@ def get_session(session_id: str, db: Db, profiles: Profiles) -> SessionOut:
         return SessionOut(**session_service.describe_session(conn, session_id, profiles))
 
 
-@router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=ERRORS)
+@router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
 def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
-                memo: Memo, background: BackgroundTasks) -> EventBatchOut:
+                memo: Memo, background: BackgroundTasks, caller: Caller) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
-    tool outputs' token counts are computed after the response (manifests report them)."""
+    tool outputs' token counts are computed after the response (manifests report them).
+    A batch that brings the tenant over its storage quota is 429 and stores nothing."""
     events = [e.model_dump(mode="json") for e in batch.events]
+    settings = request.app.state.settings
     with uow() as db:
-        out = session_service.ingest_events(db, session_id, events,
-                                            max_payload_bytes=request.app.state.settings.max_payload_bytes)
+        out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes,
+                                            redact=settings.redact_secrets)
+        tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
     handles = sorted(set(out.pop("new_tool_outputs")))
     if handles:
         background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
@@ -86,7 +85,7 @@ def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, memo: AssemblyMe
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
 
-@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=ERRORS)
+@router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=documented(400, 404, 409, 413))
 def check_precondition(session_id: str, body: PreconditionIn, uow: Uow) -> PreconditionOut:
     """Action-time precondition (compare-and-swap, seed 000 section 4.7.2): 200 when the
     artifact is still at the presented revision / content hash, else 409 problem+json
@@ -103,7 +102,7 @@ JSON_BYTES = "application/json"
 
 
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest,
-            responses=ERRORS | {503: {"description": "Layout state contention; retry", **PROBLEM}})
+            responses=documented(404, 503))
 def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters, due: PassDueSignal,
                 format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> Response:
     """The next model request for ``format``, with its manifest (persisted). A GET may
@@ -113,7 +112,7 @@ def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters:
     return Response(content=out.response_bytes(), media_type=JSON_BYTES)
 
 
-@router.get("/sessions/{session_id}/record", responses=ERRORS)
+@router.get("/sessions/{session_id}/record", responses=documented(404))
 def get_record(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters) -> dict[str, Any]:
     """The session's progress record (seed 000 table 7): what the trunk of its next select
     request holds of the events folded so far, built from the event log and saved with the
@@ -121,7 +120,7 @@ def get_record(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: 
     return request_service.get_record(db.read, profiles, meters, session_id, memo=memo)
 
 
-@router.get("/sessions/{session_id}/manifests", response_model=ManifestList, responses=ERRORS)
+@router.get("/sessions/{session_id}/manifests", response_model=ManifestList, responses=documented(404))
 def list_manifests(session_id: str, db: Db,
                    limit: Annotated[int, Query(ge=1, le=500, description="manifests per page")] = 50,
                    before_id: Annotated[int | None, Query(ge=1, le=ROW_ID_MAX, description="page on: ids below this one")] = None,
@@ -133,21 +132,9 @@ def list_manifests(session_id: str, db: Db,
     return Response(content=orjson.dumps(body), media_type=JSON_BYTES)
 
 
-@router.get("/sessions/{session_id}/manifests/{manifest_id}", response_model=ManifestOut, responses=ERRORS)
+@router.get("/sessions/{session_id}/manifests/{manifest_id}", response_model=ManifestOut, responses=documented(404))
 def get_manifest(session_id: str, manifest_id: Annotated[int, Path(ge=1, le=ROW_ID_MAX)], db: Db) -> Response:
     """One persisted manifest, as it was served (``manifest.id`` of a request)."""
     with read_only(db.read) as conn:
         manifest = request_service.get_manifest(conn, session_id, manifest_id)
     return Response(content=orjson.dumps(manifest.to_json()), media_type=JSON_BYTES)
-
-
-@router.get("/handles/{handle}", responses=ERRORS | {200: {"content": {"application/octet-stream": {}}}})
-def get_handle(handle: str, db: Db,
-               offset: Annotated[int | None, Query(ge=0, description="byte offset")] = None,
-               length: Annotated[int | None, Query(ge=0, description="bytes")] = None,
-               lines: Annotated[str | None, Query(pattern=r"^\d+:\d+$", description="a:b, 1-based, inclusive")] = None) -> Response:
-    """The raw payload exactly as posted, or a byte or line slice of it."""
-    with read_only(db.read) as conn:
-        full, data, size = session_service.read_handle(conn, handle, offset=offset, length=length, lines=lines)
-    return Response(content=data, media_type="application/octet-stream",
-                    headers={"X-Ctxd-Handle": full, "X-Ctxd-Payload-Size": str(size), "ETag": f'"{full}"'})

@@ -1,7 +1,7 @@
 """progress record: layout states keep select's record and their pass count
 
-Revision ID: 0008_progress_record
-Revises: 0007_layout_deferral
+Revision ID: 0009_progress_record
+Revises: 0008_tenancy
 
 Upgrade: ``layout_states.passes`` (moves of the cut: compaction passes under select,
 evictions under window; 0 for existing rows) and ``layout_states.record`` (the progress
@@ -11,8 +11,8 @@ both. Runs on SQLite (batch mode) and PostgreSQL.
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0008_progress_record"
-down_revision = "0007_layout_deferral"
+revision = "0009_progress_record"
+down_revision = "0008_tenancy"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,70 @@
+"""The window policy's per-session memo (``assemble_window(leaf_cache=...)``): a GET reuses
+what earlier GETs derived from unchanged turn groups, and the result is the one a fresh
+assembly gives (issue 9: speed without a process-global cache)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.api import deps
+from app.domain.assembly import assemble_window
+from app.domain.budget import Budget
+from app.domain.types import StepEvent
+from tests.unit.test_window_policy import SESSION, session_events
+from tests.unit.wordmeter import WordMeter
+
+BUDGET = Budget(window=4000, output_reserve=100, headroom=100)
+
+
+def assemble(events, cache=None, cut=0, counts=None):
+    return assemble_window(SESSION, events, budget=BUDGET, meter=WordMeter(), item_cap_tokens=400,
+                           previous_cut_seq=cut, leaf_cache=cache, payload_tokens=counts)
+
+
+def same(a, b) -> None:
+    assert a.conversation == b.conversation
+    assert a.measurement.total == b.measurement.total and a.measurement.by_zone == b.measurement.by_zone
+    assert a.items == b.items and a.elided == b.elided and a.ranges == b.ranges
+    assert a.cut_seq == b.cut_seq and a.warnings == b.warnings and a.derived_payloads == b.derived_payloads
+
+
+def test_a_growing_session_assembles_as_without_a_memo_and_reuses_unchanged_groups() -> None:
+    meter = WordMeter()
+    cache: dict = {}
+    events = session_events([[30, 20]] * 40)
+    cut = 0
+    previous = None
+    for n in range(3, len(events) + 1, 3):
+        prefix = events[:n] + [StepEvent(seq=n + 1, event_id=f"s{n}", text="go on")]
+        counts = {e.handle: 7 for e in prefix[: n // 2] if hasattr(e, "payload")}  # some counts become known
+        got = assemble_window(SESSION, prefix, budget=BUDGET, meter=meter, item_cap_tokens=400,
+                              previous_cut_seq=cut, leaf_cache=cache, payload_tokens=counts)
+        fresh = assemble_window(SESSION, prefix, budget=BUDGET, meter=meter, item_cap_tokens=400,
+                                previous_cut_seq=cut, payload_tokens=counts)
+        same(got, fresh)
+        if previous is not None and got.cut_seq == previous.cut_seq:
+            # the leaf messages of groups both requests carry are the very same objects
+            old = {id(m) for m in previous.conversation.leaf if m.role != "user"}
+            shared = [m for m in got.conversation.leaf[:-4] if m.role != "user"]  # not the newest group, the step
+            assert shared and all(id(m) in old for m in shared)
+        cut, previous = got.cut_seq, got
+    assert previous is not None and previous.cut_seq > 0, "the replay evicted, so the memo met a trunk rewrite"
+
+
+def test_events_read_again_as_new_objects_do_not_pile_up_in_the_memo() -> None:
+    cache: dict = {}
+    events = session_events([[10, 10]] * 12)
+    for _ in range(20):  # another snapshot of the same events, as a worker re-reading them would have
+        copies = [dataclasses.replace(e) for e in events]
+        same(assemble(copies, cache), assemble(events))
+    views = next(v for k, v in cache.items() if isinstance(k, tuple) and k[0] == "group views")
+    assert len(views) <= 2 * 12 + 64
+
+
+def test_api_dependencies_do_not_hop_to_the_thread_pool() -> None:
+    """FastAPI runs a plain ``def`` dependency in its thread pool (a thread hop per
+    dependency and request: fastapi/fastapi#1306); ctxd's only read app.state."""
+    import inspect
+
+    for name in ("unit_of_work_dep", "database", "profiles", "meters", "memo", "pass_due"):
+        assert inspect.iscoroutinefunction(getattr(deps, name)), name
