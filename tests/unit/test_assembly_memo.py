@@ -9,7 +9,9 @@ import dataclasses
 from app.api import deps
 from app.domain.assembly import assemble_window
 from app.domain.budget import Budget
-from app.domain.types import StepEvent
+from app.domain.compaction.fold import Fold
+from app.domain.compaction.watermarks import Watermarks
+from app.domain.types import HypothesisEvent, ObligationEvent, StepEvent
 from tests.unit.test_window_policy import SESSION, session_events
 from tests.unit.wordmeter import WordMeter
 
@@ -49,6 +51,40 @@ def test_a_growing_session_assembles_as_without_a_memo_and_reuses_unchanged_grou
             assert shared and all(id(m) in old for m in shared)
         cut, previous = got.cut_seq, got
     assert previous is not None and previous.cut_seq > 0, "the replay evicted, so the memo met a trunk rewrite"
+
+
+def test_select_with_a_memo_assembles_as_without_and_keeps_notes_out_of_the_groups() -> None:
+    """Select's fold on the memo's grouping (issue 10 merged with the per-group views):
+    hypothesis and obligation events are neither turn groups nor artifact writes, the
+    progress record replaces the elision note (whose cache is then not used), and a
+    growing session assembles as it does without a memo, passes included."""
+    fold = Fold(Watermarks(t_hi=2500, t_lo=1500, keep_groups=3, record_tokens=400))
+    events: list = []
+    for i, event in enumerate(session_events([[30, 20]] * 30)):
+        events.append(dataclasses.replace(event, seq=len(events) + 1))
+        if i % 7 == 3:
+            events.append(HypothesisEvent(seq=len(events) + 1, event_id=f"h{i}", key=f"h{i % 2}",
+                                          text=f"maybe {i}", status="working"))
+            events.append(ObligationEvent(seq=len(events) + 1, event_id=f"o{i}", key="o", text=f"run tests {i}",
+                                          status="open"))
+    meter, cache, cut, passes = WordMeter(), {}, 0, 0
+    for n in range(4, len(events) + 1, 4):
+        prefix = events[:n] + [StepEvent(seq=n + 1, event_id=f"s{n}", text="go on")]
+        notes = {e.seq for e in prefix if e.kind in ("hypothesis", "obligation")}
+        got = assemble_window(SESSION, prefix, budget=BUDGET, meter=meter, item_cap_tokens=400,
+                              previous_cut_seq=cut, leaf_cache=cache, fold=fold)
+        fresh = assemble_window(SESSION, prefix, budget=BUDGET, meter=meter, item_cap_tokens=400,
+                                previous_cut_seq=cut, fold=fold)
+        same(got, fresh)
+        assert got.record == fresh.record and got.record is not None
+        assert not notes & {m.seq for m in got.conversation.leaf}, "notes are never leaf messages"
+        grouping = cache["turn groups"]
+        assert grouping.writes == [] and not notes & {s for g in grouping.groups for s in g.seqs}
+        assert not cache.get("elision notes"), "the record replaces the note: no note is cached"
+        assert "Elided history" not in got.conversation.trunk
+        passes += got.cut_seq > cut
+        cut = got.cut_seq
+    assert passes >= 2 and cut > 0, "the replay ran passes, so the memo met trunk rewrites"
 
 
 def test_events_read_again_as_new_objects_do_not_pile_up_in_the_memo() -> None:
