@@ -36,6 +36,20 @@ class Settings(BaseSettings):
             the largest POST of the shared traces is 114,098 bytes.
         redis_timeout_seconds: socket timeout for Redis; past it ctxd encodes locally.
         redis_ttl_seconds: lifetime of a cached segment in Redis.
+        summarizer_url: an OpenAI-compatible chat-completions endpoint (e.g.
+            ``http://127.0.0.1:8001/v1/chat/completions``) asked for a candidate progress
+            record after each POST (issue 10 item 6; app/services/summarizer.py). Empty: no
+            summarizer, the deterministic record only.
+        summarizer_model: the ``model`` field of its requests.
+        summarizer_api_key: sent as ``Authorization: Bearer`` when set.
+        summarizer_timeout_seconds: per HTTP request to it.
+        summarizer_retries: N, how many times the audit's findings are fed back before
+            the deterministic record is used (default 2).
+        summarizer_input_tokens: cap of one request's input (estimated tokens); the
+            evidence is sent in bounded chunks within it.
+        summarizer_max_chunks: most requests per candidate (older evidence beyond them is
+            left to the host record).
+        summarizer_output_tokens: ``max_tokens`` of each request.
     """
 
     model_config = SettingsConfigDict(env_prefix="CTXD_", extra="ignore")
@@ -52,6 +66,14 @@ class Settings(BaseSettings):
     redis_timeout_seconds: float = 0.05
     redis_ttl_seconds: int = 7 * 24 * 3600
     log_level: str = "info"
+    summarizer_url: str = ""
+    summarizer_model: str = "summarizer"
+    summarizer_api_key: str = ""
+    summarizer_timeout_seconds: float = Field(default=30.0, gt=0)
+    summarizer_retries: int = Field(default=2, ge=0, le=10)
+    summarizer_input_tokens: int = Field(default=32768, ge=1024)
+    summarizer_max_chunks: int = Field(default=4, ge=1, le=64)
+    summarizer_output_tokens: int = Field(default=4096, ge=256)
 
     @field_validator("data_dir")
     @classmethod
