@@ -66,6 +66,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.profiles = registry
         app.state.meters = meter_registry
         app.state.tokenizer_ready = threading.Event()
+        from app.services.summarizer import CandidateStore, SummarizerConfig
+
+        app.state.summarizer = SummarizerConfig.from_settings(settings)
+        app.state.summaries = CandidateStore()
+        app.state.summarizer_http = None
+        if app.state.summarizer is not None:
+            import httpx
+
+            app.state.summarizer_http = httpx.Client()
 
         def warm() -> None:
             try:
@@ -99,6 +108,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             stop_pruning.set()
+            if app.state.summarizer_http is not None:
+                app.state.summarizer_http.close()
             engine.dispose()
 
     app = FastAPI(

@@ -74,6 +74,24 @@ class Settings(BaseSettings):
     manifest_retention_days: float = Field(default=0, ge=0, description=(
         "delete persisted manifests older than this many days (hourly, and `ctxd prune`); the newest manifest of "
         "each session and format, and what kept manifests are rebuilt from, stay; 0: keep every manifest"))
+    summarizer_url: str = Field(default="", description=(
+        "OpenAI-compatible chat-completions URL of the optional model-written progress record (e.g. "
+        "http://127.0.0.1:8001/v1/chat/completions), asked after a POST, never inside a GET; its candidate is "
+        "audited against the event log; empty: the deterministic record only"))
+    summarizer_model: str = Field(default="summarizer", description="the `model` field of the summarizer's requests")
+    summarizer_api_key: str = Field(default="", description=(
+        "sent to the summarizer as Authorization: Bearer when set (never logged)"))
+    summarizer_timeout_seconds: float = Field(default=30.0, gt=0, description=(
+        "timeout of one summarizer request, in seconds"))
+    summarizer_retries: int = Field(default=2, ge=0, le=10, description=(
+        "N: how many times the audit's findings are fed back to the summarizer before the deterministic record "
+        "is used"))
+    summarizer_input_tokens: int = Field(default=32768, ge=1024, description=(
+        "cap of one summarizer request's input, in (estimated) tokens; the evidence goes in bounded chunks"))
+    summarizer_max_chunks: int = Field(default=4, ge=1, le=64, description=(
+        "most summarizer requests per candidate (older evidence beyond them is left to the host record)"))
+    summarizer_output_tokens: int = Field(default=4096, ge=256, description=(
+        "`max_tokens` of each summarizer request"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
 

@@ -31,6 +31,7 @@ from app.services import sessions as session_service
 from app.services import tenancy as tenancy_service
 from app.services.memo import AssemblyMemo
 from app.store.db import read_only
+from app.services import summarizer as summarizer_service
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
@@ -73,6 +74,11 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
     handles = sorted(set(out.pop("new_tool_outputs")))
     if handles:
         background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
+    state = request.app.state
+    if state.summarizer is not None and any(r["status"] == "created" for r in out["results"]):
+        # the optional model-written record: after the response, never inside a GET (issue 10 item 6)
+        background.add_task(summarizer_service.summarize_after_post, uow, state.summarizer_http, state.summarizer,
+                            state.summaries, session_id)
     return EventBatchOut(**out)
 
 

@@ -1,0 +1,291 @@
+"""The optional model-written progress record (issue 10 item 6; seed 000 section 4.6.2).
+
+When ``CTXD_SUMMARIZER_URL`` names an OpenAI-compatible chat-completions endpoint, ctxd
+asks it for a candidate record (``response_format: json_schema``, strict, schema
+:data:`app.domain.audit.CANDIDATE_SCHEMA`) and admits the candidate only when
+:func:`app.domain.audit.audit_candidate` finds nothing. Any finding rejects it; the
+findings are fed back at most ``CTXD_SUMMARIZER_RETRIES`` (N, default 2) times, then the
+deterministic record is used. A transport error, an HTTP error status, a timeout or a body
+that is not a chat completion also ends in the deterministic record: running out of
+retries never makes an unverified summary safe to admit.
+
+Function boundary for the compaction pass (the select engineer's code calls these):
+
+* :func:`summarize_record` (config, deterministic record as a dict, events, contract,
+  folded seqs) -> :class:`SummaryOutcome`: chunking, requests, audit, feedback, fallback.
+* :func:`request_candidate`: one HTTP request -> the parsed JSON value (or
+  :class:`SummarizerError`).
+* :func:`app.domain.audit.audit_candidate`: pure; cheap enough to re-run inside a GET's
+  pass on a candidate computed earlier (no HTTP).
+
+Latency: the summarizer never runs inside a GET. :func:`summarize_after_post` is the
+background hook the POST /events route schedules (FastAPI BackgroundTasks, after the
+response) when a summarizer is configured; it stores its outcome in the app's
+:class:`CandidateStore`, keyed by session and by the basis it was audited against
+(contract version, folded seqs, last seq). A pass that folds exactly that basis may use the
+stored record; otherwise it uses the deterministic record and never waits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ContextManager, Literal
+
+import httpx
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_fixed
+from sqlalchemy.orm import Session as OrmSession
+
+from app.domain.audit import (CANDIDATE_SCHEMA, audit_candidate, chunk_messages, evidence_items, host_record,
+                              summarizer_chunks)
+from app.domain.compaction.evidence import Finding
+from app.domain.types import Contract, Event
+
+log = logging.getLogger("ctxd")
+
+SCHEMA_NAME = "progress_record"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class SummarizerError(Exception):
+    """The summarizer could not be asked or did not answer a chat completion (transport
+    error, timeout, HTTP error status, a body that is not a completion). Internal to the
+    background path: it ends in the deterministic record, never in an HTTP error."""
+
+
+@dataclass(frozen=True)
+class SummarizerConfig:
+    """From settings (``CTXD_SUMMARIZER_*``); ``timeout_seconds`` per request, token
+    figures estimated (:func:`app.domain.audit.estimate_tokens`)."""
+
+    url: str
+    model: str = "summarizer"
+    api_key: str = ""
+    timeout_seconds: float = 30.0
+    retries: int = 2
+    input_tokens: int = 32768
+    max_chunks: int = 4
+    output_tokens: int = 4096
+    transport_attempts: int = 2  # per request: one more try after a connection error, a timeout or a 429/5xx
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "SummarizerConfig | None":
+        if not settings.summarizer_url:
+            return None
+        return cls(url=settings.summarizer_url, model=settings.summarizer_model, api_key=settings.summarizer_api_key,
+                   timeout_seconds=settings.summarizer_timeout_seconds, retries=settings.summarizer_retries,
+                   input_tokens=settings.summarizer_input_tokens, max_chunks=settings.summarizer_max_chunks,
+                   output_tokens=settings.summarizer_output_tokens)
+
+
+@dataclass(frozen=True)
+class SummaryOutcome:
+    """``record``: the admitted candidate (``source`` ``model``) or the deterministic
+    record (``deterministic``); ``requests``: HTTP requests answered or attempted (transport
+    retries not counted); ``rejections``: the findings of each rejected candidate, in
+    order; ``error``: the transport or protocol error that ended the loop, if any;
+    ``basis``: what the record was audited against."""
+
+    record: dict[str, Any]
+    source: Literal["model", "deterministic"]
+    requests: int
+    rejections: tuple[tuple[Finding, ...], ...] = ()
+    error: str | None = None
+    basis: tuple[int, tuple[int, ...], int] = (0, (), 0)
+
+    @property
+    def admitted(self) -> bool:
+        return self.source == "model"
+
+
+def request_body(config: SummarizerConfig, messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """The chat-completions body: ``model``, ``messages`` (system + user, string content),
+    ``response_format`` ``json_schema`` (name ``progress_record``, ``strict: true``),
+    ``max_tokens``, ``temperature: 0``. Valid for OpenAI and the servers that follow its
+    API (vLLM, SGLang, llama.cpp, LiteLLM)."""
+    return {"model": config.model, "messages": [dict(m) for m in messages],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": CANDIDATE_SCHEMA}},
+            "max_tokens": config.output_tokens, "temperature": 0}
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, httpx.TransportError) or (
+        isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in RETRY_STATUSES)
+
+
+def request_candidate(client: httpx.Client, config: SummarizerConfig,
+                      messages: Sequence[Mapping[str, str]]) -> Any:
+    """POST one chat completion and return its message content parsed as JSON (any JSON
+    value; the audit judges it). Transport errors, timeouts and 429/5xx are tried
+    ``transport_attempts`` times (tenacity, 0.2 s apart).
+
+    Raises:
+        SummarizerError: still failing after the attempts, another HTTP error status, or
+            a body without ``choices[0].message.content`` (a refusal included).
+        ValueError: the content is not JSON (json.JSONDecodeError).
+    """
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+
+    @retry(retry=retry_if_exception(_retryable), stop=stop_after_attempt(max(1, config.transport_attempts)),
+           wait=wait_fixed(0.2), reraise=True)
+    def post() -> httpx.Response:
+        response = client.post(config.url, json=request_body(config, messages), headers=headers,
+                               timeout=config.timeout_seconds)
+        response.raise_for_status()
+        return response
+
+    try:
+        response = post()
+    except httpx.HTTPStatusError as exc:
+        raise SummarizerError(f"summarizer answered HTTP {exc.response.status_code}") from None
+    except httpx.TransportError as exc:
+        raise SummarizerError(f"summarizer unreachable: {type(exc).__name__}: {exc}") from None
+    try:
+        message = response.json()["choices"][0]["message"]
+        content = message["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise SummarizerError("summarizer's answer is not a chat completion") from None
+    if not isinstance(content, str):
+        raise SummarizerError(f"summarizer returned no content (refusal: {message.get('refusal')!r})")
+    return json.loads(content)
+
+
+def summarize_record(client: httpx.Client, config: SummarizerConfig, *, deterministic: Mapping[str, Any],
+                     events: Sequence[Event], contract: Contract,
+                     folded_seqs: Iterable[int] | None = None) -> SummaryOutcome:
+    """Ask for a candidate record and audit it (listing 2).
+
+    The evidence of the folded events (:func:`app.domain.audit.evidence_items`) goes in
+    bounded chunks (:func:`app.domain.audit.summarizer_chunks`, each request within
+    ``config.input_tokens``), the first with ``deterministic`` as the record so far, each
+    later one with the model's previous answer. The final answer is audited against
+    ``events`` and ``contract``; with findings, the last chunk is sent again with them, at
+    most ``config.retries`` times. A candidate that is not JSON or not of the schema is a
+    rejected candidate like any other. Returns the admitted candidate or
+    ``deterministic``; raises nothing (errors are logged and reported in the outcome)."""
+    events = list(events)
+    folded = tuple(sorted({e.seq for e in events} if folded_seqs is None else set(folded_seqs)))
+    basis = (contract.contract_version, folded, max((e.seq for e in events), default=0))
+    fallback = dict(deterministic)
+    items = evidence_items(events, folded)
+    try:
+        chunks = summarizer_chunks(deterministic, items, max_input_tokens=config.input_tokens,
+                                   max_chunks=config.max_chunks)
+    except ValueError as exc:
+        return SummaryOutcome(fallback, "deterministic", 0, error=str(exc), basis=basis)
+    omitted = len(items) - sum(len(c) for c in chunks)
+    record: Any = dict(deterministic)
+    requests = 0
+    rejections: list[tuple[Finding, ...]] = []
+    try:
+        for part, chunk in enumerate(chunks, start=1):
+            findings: tuple[Finding, ...] = ()
+            for _ in range(config.retries + 1):
+                messages = chunk_messages(record, chunk, part=part, parts=len(chunks), omitted=omitted,
+                                          findings=findings)
+                requests += 1
+                try:
+                    answer = request_candidate(client, config, messages)
+                except ValueError as exc:
+                    findings = (Finding("schema", "record", f"the answer is not JSON: {exc}"),)
+                else:
+                    last = part == len(chunks)
+                    findings = tuple(audit_candidate(answer, events=events, contract=contract, folded_seqs=folded)) \
+                        if last else tuple(f for f in audit_candidate(answer, events=events, contract=contract,
+                                                                      folded_seqs=folded) if f.kind == "schema")
+                    if not findings:
+                        record = answer
+                        break
+                rejections.append(findings)
+            else:
+                return SummaryOutcome(fallback, "deterministic", requests, tuple(rejections), basis=basis)
+    except SummarizerError as exc:
+        log.warning("summarizer: %s; the deterministic record is used", exc)
+        return SummaryOutcome(fallback, "deterministic", requests, tuple(rejections), error=str(exc), basis=basis)
+    return SummaryOutcome(record, "model", requests, tuple(rejections), basis=basis)
+
+
+# --- the background hook -------------------------------------------------------------------
+
+@dataclass
+class CandidateStore:
+    """The latest :class:`SummaryOutcome` per session (bounded LRU, thread safe)."""
+
+    max_sessions: int = 1024
+    _items: "OrderedDict[str, SummaryOutcome]" = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, session_id: str, outcome: SummaryOutcome) -> None:
+        with self._lock:
+            self._items[session_id] = outcome
+            self._items.move_to_end(session_id)
+            while len(self._items) > self.max_sessions:
+                self._items.popitem(last=False)
+
+    def get(self, session_id: str, *, contract_version: int | None = None,
+            folded_seqs: Iterable[int] | None = None) -> SummaryOutcome | None:
+        """The stored outcome, if its basis matches the given contract version and folded
+        seqs (each checked when given)."""
+        with self._lock:
+            outcome = self._items.get(session_id)
+        if outcome is None:
+            return None
+        if contract_version is not None and outcome.basis[0] != contract_version:
+            return None
+        if folded_seqs is not None and outcome.basis[1] != tuple(sorted(set(folded_seqs))):
+            return None
+        return outcome
+
+
+RecordBuilder = Callable[[Sequence[Event], Contract], tuple[dict[str, Any], Iterable[int]]]
+"""(events, contract) -> (deterministic record as a dict, the seqs it folds)."""
+
+
+def default_builder(events: Sequence[Event], contract: Contract) -> tuple[dict[str, Any], Iterable[int]]:
+    """Until the compaction pass supplies its own: :func:`app.domain.audit.host_record`
+    folding every event (the pass re-audits a stored candidate against its own fold, so a
+    mismatched basis only means the candidate is not used)."""
+    return host_record(events, contract), [e.seq for e in events]
+
+
+_RUNNING: set[str] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def summarize_after_post(uow: Callable[[], ContextManager[OrmSession]], client: httpx.Client,
+                         config: SummarizerConfig, store: CandidateStore, session_id: str, *,
+                         build: RecordBuilder = default_builder) -> SummaryOutcome | None:
+    """The POST hook (run after the response): load the session's contract and events in
+    one short read, build the deterministic record, ask and audit (no transaction open
+    during HTTP), store the outcome. One run per session at a time (a POST while one runs
+    is skipped: the next POST catches up). Returns the outcome (None when skipped or the
+    session is gone); never raises."""
+    from app.store import repository as repo
+
+    with _RUNNING_LOCK:
+        if session_id in _RUNNING:
+            return None
+        _RUNNING.add(session_id)
+    try:
+        with uow() as db:
+            row = repo.get_session_row(db, session_id)
+            if row is None:
+                return None
+            contract = repo.session_from_row(row).contract
+            events = repo.load_events(db, session_id)
+        deterministic, folded = build(events, contract)
+        outcome = summarize_record(client, config, deterministic=deterministic, events=events, contract=contract,
+                                   folded_seqs=folded)
+        store.put(session_id, outcome)
+        return outcome
+    except Exception:  # an optional refinement: never fails anything
+        log.exception("summarizing session %s failed; the deterministic record is used", session_id)
+        return None
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(session_id)
