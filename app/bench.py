@@ -86,7 +86,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 # Cheap imports only (no transformers, FastAPI or SQLAlchemy at import time).
 from app.caches import ENTRY_OVERHEAD, ByteLRU
@@ -229,12 +229,12 @@ class Harness:
     """A migrated SQLite database in a temp dir, the shipped profiles, a session factory."""
 
     def __init__(self, directory: Path) -> None:
+        from sqlalchemy import event
+
         from app.settings import offline_environment
         from app.store.db import make_engine, make_read_factory, make_session_factory
         from app.store.migrate import upgrade_head
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
-
-        from sqlalchemy import event
 
         offline_environment()
         self.path = directory / "bench.sqlite3"
@@ -534,11 +534,17 @@ class _Bar:
         self.enabled = enabled
         self._p: Any = None
 
-    def __enter__(self) -> _Bar:
+    def __enter__(self) -> Self:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
@@ -551,7 +557,7 @@ class _Bar:
         task_id = self._p.add_task(description, total=total)
         return lambda: self._p.advance(task_id)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._p is not None:
             self._p.__exit__(*exc)
 

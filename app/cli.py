@@ -173,7 +173,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         run_replay,
         write_json,
     )
-
     from app.traces import resolve_trace
 
     err = Console(stderr=True)

@@ -349,7 +349,7 @@ class _progress:
         self._task = self._progress.add_task(self.label, total=self.total)
         return lambda: self._progress.advance(self._task)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
 

@@ -13,6 +13,7 @@ import json
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -23,7 +24,6 @@ from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.framing import frame, revision_attribute
 from app.domain.invalidation import build_graph
-from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -46,8 +46,9 @@ from app.domain.manifest import (
     WriteRef,
 )
 from app.domain.notes import note_items
-from app.domain.redaction import redaction_transform
 from app.domain.ports import Measurement, TokenMeter
+from app.domain.redaction import redaction_transform
+from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -135,7 +136,7 @@ class _Grouping:
     in a cache is never changed (another thread may be reading it): it is copied, then
     extended."""
 
-    __slots__ = ("seen", "last_seq", "messages", "firsts", "owner", "got", "groups", "step", "steps", "writes")
+    __slots__ = ("firsts", "got", "groups", "last_seq", "messages", "owner", "seen", "step", "steps", "writes")
 
     def __init__(self) -> None:
         self.seen: list[Event] = []
@@ -204,7 +205,7 @@ class _Grouping:
             if not new:
                 return kept
             seqs = [kept.last_seq, *(e.seq for e in new)]
-            if all(a < b for a, b in zip(seqs, seqs[1:])):
+            if all(a < b for a, b in pairwise(seqs)):
                 grown = kept.copy()
                 grown.extend(new)
                 cache["turn groups"] = grown
@@ -492,9 +493,9 @@ def elision_note(dropped: Sequence[TurnGroup], sizes: Sizes, *,
     total = sum(sizes.get(r.handle, (0, 0))[0] for g in dropped for r in g.results)
     lines = [
         "## Elided history",
-        f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total:,} bytes) "
+        (f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total:,} bytes) "
         "were removed from this request to fit the token budget. Nothing is lost: read any of them "
-        "back by handle (GET /v1/handles/<handle>, prefixes accepted).",
+        "back by handle (GET /v1/handles/<handle>, prefixes accepted)."),
     ]
     derived: dict[str, bytes] = {}
     older, recent = dropped[: max(0, len(dropped) - max_groups)], dropped[max(0, len(dropped) - max_groups):]
@@ -793,7 +794,7 @@ class _GroupView:
     count learnt later changes the items only. Invalidation is applied per request, on top
     (``apply_invalidation``, ``_with_invalidation``)."""
 
-    __slots__ = ("events", "messages", "_bounded", "_items", "_warnings", "invalidated")
+    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "messages")
 
     def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
                  counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:

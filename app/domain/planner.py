@@ -34,7 +34,6 @@ from app.domain.state import LayoutState, PreviousRequest, RememberedIds, Sessio
 from app.domain.supersession import InvalidationOptions
 from app.domain.types import Event, Session
 
-
 _CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
 _TOKENS = attrgetter("tokens")
 _ELIDED_TOKENS = attrgetter("elided_tokens")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timezone
-from typing import Any, Iterable, Sequence
+from datetime import UTC
+from typing import Any
 
 import orjson
 from sqlalchemy import JSON, Connection, Row, bindparam, func, select, update
@@ -43,7 +44,6 @@ from app.store.tables import (
     ToolCallRow,
     utcnow,
 )
-
 
 #: What the repositories run statements on: an ORM session, or (on the GET path, which
 #: sends only Core statements) the session's Core connection, skipping the ORM's layers.
@@ -316,7 +316,7 @@ def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
     kind, body, created_at``); ``payloads``: handle -> text of the tool results' texts."""
     body = row.body
     created = row.created_at
-    at = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else None
+    at = (created if created.tzinfo else created.replace(tzinfo=UTC)).timestamp() if created else None
     if row.kind == "message":
         return MessageEvent(
             seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",

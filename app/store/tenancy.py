@@ -4,6 +4,7 @@ and deletion. Rows never leave ``app/store``; services call these and never comm
 from __future__ import annotations
 
 from datetime import datetime
+
 from sqlalchemy import and_, delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session as OrmSession
 

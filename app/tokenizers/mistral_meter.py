@@ -16,8 +16,9 @@ run is the trunk's own, e.g. a leaf user message merged into it); observations =
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from itertools import accumulate
-from typing import Any, Callable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any
 
 from mistral_common.exceptions import MistralCommonException
 
@@ -27,9 +28,8 @@ from app.domain.layout import Conversation
 from app.domain.ports import Measurement
 from app.domain.text import CUT_MARGIN, ControlStrings, cut_head_tail
 from app.tokenizers.hf import memoized_cuts
-from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
+from app.tokenizers.mistral import MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
-
 
 #: Byte bounds of the meter's memos (app/caches.py; issue 9 item 7).
 SEGMENT_MEMO_BYTES = 64 * 1024 * 1024  # the segmenter's per-message ids (key text + 8 bytes an id)
@@ -106,7 +106,7 @@ class MistralMeter:
         return f"tekken-{self.tekken.fingerprint}"
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
+    def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> MistralMeter:
         path = spec.get("path") or default_tekken_path(str(spec.get("file", "tekken_240718.json")))
         return cls(load_tekken(str(path)))
 

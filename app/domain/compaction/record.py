@@ -449,8 +449,8 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
         return "\n".join(parts)
     last = max(record.folded_seqs) if record.folded_seqs else 0
     lines = ["# Progress record",
-             f"Built by ctxd from the event log, events seq 1-{last} (contract version {record.contract_version}). "
-             "Every folded output is whole behind its handle: GET /v1/handles/<handle> (prefixes accepted)."]
+             (f"Built by ctxd from the event log, events seq 1-{last} (contract version {record.contract_version}). "
+             "Every folded output is whole behind its handle: GET /v1/handles/<handle> (prefixes accepted).")]
     if record.artifacts:
         lines += ["", "## Artifacts (path@revision as of the fold)"]
         lines.append(", ".join(f"{a.path}@r{a.revision}" + (" (written)" if a.written else "") for a in record.artifacts))
