@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -17,6 +17,9 @@ from app.api.routes import tenancy as tenancy_routes
 from app.observability import metrics
 from app.observability.logs import configure_logging
 from app.settings import Settings, offline_environment
+
+if TYPE_CHECKING:
+    from app.tokenizers.segments import TokenCache
 
 log = logging.getLogger("ctxd")
 
@@ -39,7 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upgrade_head(url)
         engine = make_engine(url)
         registry = ProfileRegistry(load_profiles(settings.profiles_path))
-        token_cache = None
+        token_cache: TokenCache
         if settings.redis_url:
             from app.tokenizers.segments import RedisTokenCache
 

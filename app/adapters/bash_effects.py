@@ -932,7 +932,7 @@ class _Walker:
         ranges = _sed_ranges(scripts) if quiet else None
         tool = "sed -n" if quiet else "sed"
         for f in self._files_or_stdin(operands, ctx):
-            for rng in ranges or [None]:
+            for rng in ranges or (None,):
                 self.read(f, cwd, rng, tool, ctx)
 
     def cmd_grep(self, name: str, args: list[_Arg], cwd: str | None, ctx: _Ctx) -> None:

@@ -550,8 +550,8 @@ class _Converter:
                 self.redirect(c, owner)
             elif t == "pipeline":  # `| a | b && c`: a, b join the pipeline; c follows it
                 parts = self.stages(c.named_children)
-                if parts and isinstance(parts[-1], Sequence) and parts[-1].items:
-                    seq = parts.pop()
+                if parts and isinstance(seq := parts[-1], Sequence) and seq.items:
+                    parts.pop()
                     first = seq.items[0]
                     parts.extend(first.stages if isinstance(first, Pipeline) else [first])
                     after.extend(seq.items[1:])

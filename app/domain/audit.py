@@ -229,7 +229,7 @@ def candidate_texts(candidate: Mapping[str, Any]) -> list[str]:
         tests = c.get("tests")
         if isinstance(tests, Mapping):
             out += [str(x) for x in tests.get("failed_ids", []) or []]
-        scope = c.get("scope") if isinstance(c.get("scope"), Mapping) else {}
+        scope = found if isinstance(found := c.get("scope"), Mapping) else {}
         out += [str(x) for x in scope.get("selection", []) or []]
         out += [f"{x.get('key')}={x.get('value')}" for x in scope.get("conditions", []) or [] if isinstance(x, Mapping)]
         out += [f"{x.get('artifact')}@r{x.get('revision')}" for x in scope.get("revisions", []) or []
@@ -359,7 +359,7 @@ def _notes_findings(candidate: Mapping[str, Any], events: Sequence[Event]) -> li
                        ("obligations", [{"key": o.key, "text": o.text, "status": o.status} for o in notes.obligations])):
         got = {str(x.get("key")): x for x in candidate.get(name, []) if isinstance(x, Mapping)}
         for entry in host:
-            mine = got.pop(entry["key"], None)
+            mine = got.pop(str(entry["key"]), None)
             if mine is None or {k: mine.get(k) for k in entry} != entry:
                 out.append(Finding("missing_or_altered", f"{name}:{entry['key']}",
                                    f"{name[:-1]} {entry['key']!r} must read {entry}, the candidate has {mine}"))

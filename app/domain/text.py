@@ -150,8 +150,8 @@ def split_lines(data: AnyStr) -> list[AnyStr]:
     other separators that ``splitlines`` also breaks on are ordinary characters here; a
     last line without a newline still counts; no data, no line."""
     newline = b"\n" if isinstance(data, bytes) else "\n"
-    parts = data.split(newline)  # type: ignore[arg-type]
-    lines = [part + newline for part in parts[:-1]]  # type: ignore[operator]
+    parts = data.split(newline)
+    lines = [part + newline for part in parts[:-1]]
     if parts[-1]:
         lines.append(parts[-1])
     return lines

@@ -6,6 +6,7 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -294,7 +295,7 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority
 
 
-def count_payload_tokens(uow: Callable[[][OrmSession]], profiles: ProfileRegistry, meters: Any,
+def count_payload_tokens(uow: Callable[[], AbstractContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
                          session_id: str, handles: Sequence[str]) -> tuple[str, dict[str, int]]:
     """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
     store each count beside its payload (``payloads.token_counts``), once per payload and

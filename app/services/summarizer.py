@@ -33,6 +33,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -263,7 +264,7 @@ _RUNNING: set[str] = set()
 _RUNNING_LOCK = threading.Lock()
 
 
-def summarize_after_post(uow: Callable[[][OrmSession]], client: httpx.Client,
+def summarize_after_post(uow: Callable[[], AbstractContextManager[OrmSession]], client: httpx.Client,
                          config: SummarizerConfig, store: CandidateStore, session_id: str, *,
                          build: RecordBuilder = default_builder) -> SummaryOutcome | None:
     """The POST hook (run after the response): load the session's contract and events in

@@ -21,6 +21,7 @@ from itertools import accumulate
 from typing import Any
 
 from mistral_common.exceptions import MistralCommonException
+from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.errors import ProviderRuleViolation
@@ -92,12 +93,15 @@ class _EndSpans(Sequence[tuple[int, int]]):
 class MistralMeter:
     def __init__(self, tekken: MistralTekken) -> None:
         self.tekken = tekken
-        self._raw = tekken.mistral.instruct_tokenizer.tokenizer
+        raw = tekken.mistral.instruct_tokenizer.tokenizer
+        if not isinstance(raw, Tekkenizer):  # cuts read byte pieces (id_to_byte_piece): tekken only
+            raise NotImplementedError(f"{type(raw).__name__}: the mistral meter needs a tekken tokenizer")
+        self._raw = raw
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
         self.control_strings = ControlStrings(self._control_strings())
-        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
-        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)
 
     @property
     def tokenizer_id(self) -> str:

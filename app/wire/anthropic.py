@@ -84,7 +84,7 @@ def _blocks(m: LeafMessage) -> tuple[str, tuple[dict[str, Any], ...]]:
                 blocks.append({"type": "text", "text": m.content})
             role = "user"
         found = m.memo["anthropic"] = (role, tuple(blocks))
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dict[str, Any]:

@@ -191,9 +191,8 @@ def call_text(arguments: str) -> str:
         value = json.loads(arguments)
     except ValueError:
         value = None
-    if isinstance(value, dict) and isinstance(value.get("command"), str):
-        return value["command"]
-    return arguments
+    command = value.get("command") if isinstance(value, dict) else None
+    return command if isinstance(command, str) else arguments
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -206,7 +205,8 @@ def _observation(claim: Claim, payload: str) -> Observation:
     run = claim.test_run
     failed = claim.exit_status not in (None, 0) or (run is not None and run.outcome in ("failed", "error"))
     conditions = tuple(f"{k}={_shown(v)}" for k, v in claim.scope.conditions)
-    tests, ids = "", ()
+    tests = ""
+    ids: tuple[str, ...] = ()
     if run is not None:
         counts = ", ".join(f"{n} {name}" for n, name in ((run.passed, "passed"), (run.failed, "failed"),
                                                          (run.errors, "errors"), (run.skipped, "skipped")) if n)
