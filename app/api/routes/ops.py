@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from app.api.problems import problem
+from app.observability.metrics import CONTENT_TYPE_LATEST, exposition
 
 router = APIRouter()
 
@@ -38,4 +38,5 @@ def readyz(request: Request) -> Response:
 @router.get("/metrics", response_class=PlainTextResponse,
             responses={200: {"description": "Prometheus text exposition format"}})
 def metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    """Every ctxd metric; under ``ctxd serve --workers N`` summed over the N workers."""
+    return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
