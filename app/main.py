@@ -85,11 +85,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             app.state.summarizer_http = httpx.Client()
 
+        app.state.tokenizer_error = None  # "<exception class>: <message>" when the load failed (/readyz)
+
         def warm() -> None:
             try:
                 meter_registry.get(registry.get(settings.default_profile))
                 metrics.TOKENIZER_READY.set(1)
-            except Exception:
+            except Exception as exc:
+                app.state.tokenizer_error = f"{type(exc).__name__}: {exc}"
                 log.exception("could not load the default profile's tokenizer")
             finally:
                 app.state.tokenizer_ready.set()
