@@ -51,6 +51,7 @@ from app.domain.audit import (
 )
 from app.domain.compaction.evidence import Finding
 from app.domain.types import Contract, Event
+from app.observability import metrics
 
 log = logging.getLogger("ctxd")
 
@@ -208,6 +209,7 @@ def summarize_record(client: httpx.Client, config: SummarizerConfig, *, determin
                     if not findings:
                         record = answer
                         break
+                metrics.AUDIT_REJECTIONS.labels(findings[0].kind).inc()
                 rejections.append(findings)
             else:
                 return SummaryOutcome(fallback, "deterministic", requests, tuple(rejections), basis=basis)
