@@ -163,20 +163,27 @@ def main(argv: list[str] | None = None) -> int:
     closure = runtime_closure(args.dist)
     if args.requirements_out:
         args.requirements_out.write_text("".join(f"{n}=={v}\n" for n, v in closure.items()))
-    table = licences(closure)
-    width = max(len(p.name) for p in table)
-    vwidth = max(len(p.version) for p in table)
-    print(f"{'package':<{width}}  {'version':<{vwidth}}  {'verdict':<24} licence")
+    lines, status = report(licences(closure))
+    print("\n".join(lines))
+    return status
+
+
+def report(table: list[Package]) -> tuple[list[str], int]:
+    """The printed table, a summary line and, when any package is forbidden, a line naming
+    every one of them (not only the first); the exit status (1 when any is forbidden)."""
+    width = max((len(p.name) for p in table), default=7)
+    vwidth = max((len(p.version) for p in table), default=7)
+    lines = [f"{'package':<{width}}  {'version':<{vwidth}}  {'verdict':<24} licence"]
     for p in table:
         lic = p.license if len(p.license) <= 90 else p.license[:87] + "..."
-        print(f"{p.name:<{width}}  {p.version:<{vwidth}}  {p.verdict:<24} {lic}")
+        lines.append(f"{p.name:<{width}}  {p.version:<{vwidth}}  {p.verdict:<24} {lic}")
     counts = {v: sum(p.verdict == v for p in table) for v in _RANK}
-    print(f"{len(table)} runtime packages: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    lines.append(f"{len(table)} runtime packages: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     bad = [p for p in table if p.verdict == FORBIDDEN]
     if bad:
-        print("GPL/AGPL in the runtime dependencies: " + ", ".join(f"{p.name} ({p.license})" for p in bad))
-        return 1
-    return 0
+        lines.append("GPL/AGPL in the runtime dependencies: " + ", ".join(f"{p.name} ({p.license})" for p in bad))
+        return lines, 1
+    return lines, 0
 
 
 if __name__ == "__main__":

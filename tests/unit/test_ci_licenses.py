@@ -66,3 +66,12 @@ def test_gate_passes_on_ctxd_and_prints_the_table(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "psycopg" in out and gate.WEAK in out
     assert " 0 forbidden" in out
+
+
+def test_every_forbidden_package_is_named_not_only_the_first() -> None:
+    table = [gate.Package(n, "1.0", lic, gate.classify(lic)) for n, lic in
+             (("a", "MIT"), ("b", "GPL-3.0-only"), ("c", "LGPL-3.0-only"), ("d", "AGPL-3.0-or-later"))]
+    lines, status = gate.report(table)
+    assert status == 1
+    assert lines[-2] == "4 runtime packages: 1 permissive, 1 weak copyleft (allowed), 0 unknown, 2 forbidden"
+    assert lines[-1] == "GPL/AGPL in the runtime dependencies: b (GPL-3.0-only), d (AGPL-3.0-or-later)"
