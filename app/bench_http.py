@@ -143,7 +143,7 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
 
     Returns ``{"trace", "profile", "url", "repeat", "calls_per_replay", "bands", "all",
     "targets", "posts": {...}, "checks": {...}, "calls"}``. Raises BenchError."""
-    from app.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace
+    from app.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace, in_band
     if url is None:
         with serve() as base:
             result = run_http(trace, profile=profile, repeat=repeat, url=base, progress=progress)
@@ -187,22 +187,22 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
     samples = [{"tokens": g["tokens"], "http": g["http_s"], "naive": g["naive_s"]} for run in runs for g in run]
     modes = ("http", "naive")
     bands = [{"band": label, "min_tokens": lo, "max_tokens": hi,
-              **_group_modes(samples, modes, lambda s, lo=lo, hi=hi: s["tokens"] >= lo and (hi is None or s["tokens"] < hi))}
+              **_group_modes(samples, modes, in_band(lo, hi))}
              for label, lo, hi in BANDS]
     targets = []
     for label, lo, hi, factor in HTTP_TARGETS:
-        g = _group_modes(samples, modes, lambda s, lo=lo, hi=hi: s["tokens"] >= lo and (hi is None or s["tokens"] < hi))
+        g = _group_modes(samples, modes, in_band(lo, hi))
         ratio = g["naive_over_http_p50"]
         targets.append({"requests": label, "min_tokens": lo, "max_tokens": hi, "n": g["n"],
                         "metric": "naive p50 / warm GET over HTTP p50", "required": factor, "value": ratio,
                         "http_p50_ms": g["http"]["p50_ms"], "naive_p50_ms": g["naive"]["p50_ms"],
                         "met": None if ratio is None else ratio >= factor})
-    posts = _posts_along(post_runs)
+    post_quarters = _posts_along(post_runs)
     mismatches = sum(1 for run in runs for g in run if g["naive_tokens"] != g["tokens"])
     return {
         "trace": str(path), "instance_id": traj.instance_id, "profile": profile, "url": url, "repeat": repeat,
         "calls_per_replay": len(runs[0]), "max_request_tokens": max((g["tokens"] for g in runs[0]), default=0),
-        "bands": bands, "all": _group_modes(samples, modes, lambda s: True), "targets": targets, "posts": posts,
+        "bands": bands, "all": _group_modes(samples, modes, lambda s: True), "targets": targets, "posts": post_quarters,
         "checks": {"naive_count_mismatches": mismatches},
         "calls": [{"call": g["call"], "tokens": g["tokens"], "http_ms": [r[i]["http_s"] * 1e3 for r in runs],
                    "naive_ms": [r[i]["naive_s"] * 1e3 for r in runs], "response_bytes": g["response_bytes"]}

@@ -174,9 +174,9 @@ def _cmd_keys(args: argparse.Namespace) -> int:
                 return EXIT_FAILED
             print(f"revoked key {tenancy.key_id_of(args.key)}", file=sys.stderr)
             return EXIT_OK
-        for key in tenancy.list_keys(db):
-            print(f"{key['key_id']}  tenant={key['tenant']}  created={key['created_at']}"
-                  + (f"  revoked={key['revoked_at']}" if key["revoked_at"] else ""))
+        for row in tenancy.list_keys(db):
+            print(f"{row['key_id']}  tenant={row['tenant']}  created={row['created_at']}"
+                  + (f"  revoked={row['revoked_at']}" if row["revoked_at"] else ""))
     return EXIT_OK
 
 
@@ -205,7 +205,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         run_replay,
         write_json,
     )
-
     from app.traces import resolve_trace
 
     err = Console(stderr=True)

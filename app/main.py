@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -16,6 +17,9 @@ from app.api.routes import tenancy as tenancy_routes
 from app.observability import metrics
 from app.observability.logs import configure_logging
 from app.settings import Settings, offline_environment
+
+if TYPE_CHECKING:
+    from app.tokenizers.segments import TokenCache
 
 log = logging.getLogger("ctxd")
 
@@ -47,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         current_default_thread_limiter().total_tokens = pool_capacity(engine)
         registry = ProfileRegistry(load_profiles(settings.profiles_path))
-        token_cache = None
+        token_cache: TokenCache
         if settings.redis_url:
             from app.tokenizers.segments import RedisTokenCache
 

@@ -103,7 +103,7 @@ def install(app: FastAPI) -> None:
         ]
         first = issues[0] if issues else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
-        return problem(422, "Invalid request", f"{where}: {first['msg']}" if where else first["msg"],
+        return problem(422, "Invalid request", f"{where}: {first['msg']}" if where else str(first["msg"]),
                        instance=request.url.path, errors=issues)
 
     @app.exception_handler(StarletteHTTPException)

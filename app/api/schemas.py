@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -41,7 +41,7 @@ class ContractIn(Strict):
     contract_version: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "ContractIn":
+    def _unique_ids(self) -> ContractIn:
         ids = [c.id for c in self.constraints]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -112,7 +112,7 @@ class SessionCreate(Strict):
         return value
 
     @model_validator(mode="after")
-    def _unique_tools(self) -> "SessionCreate":
+    def _unique_tools(self) -> SessionCreate:
         names = [t.function.name for t in self.tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -160,7 +160,7 @@ class MessageIn(Strict):
     tool_calls: list[ToolCallIn] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _calls(self) -> "MessageIn":
+    def _calls(self) -> MessageIn:
         if self.role == "user" and (self.tool_calls or self.reasoning):
             raise ValueError("a user message carries neither tool_calls nor reasoning")
         if self.role == "user" and not self.content.strip():
@@ -239,7 +239,7 @@ class ObligationIn(Strict):
     status: Literal["open", "done", "dropped"] = "open"
 
 
-EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn, HypothesisIn, ObligationIn],
+EventIn = Annotated[MessageIn | ToolResultIn | ArtifactWriteIn | StepIn | HypothesisIn | ObligationIn,
                     Field(discriminator="kind")]
 
 
@@ -481,7 +481,7 @@ class PreconditionIn(Strict):
     content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
     @model_validator(mode="after")
-    def _something(self) -> "PreconditionIn":
+    def _something(self) -> PreconditionIn:
         if self.revision is None and self.content_hash is None:
             raise ValueError("give revision or content_hash (or both)")
         return self

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.plugins.base import RegexBasedDetector
+from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
 
 from app.domain.redaction import Redaction, Span, merge, pattern_spans, redact_json_text, redact_text
 from app.observability import metrics
@@ -43,8 +44,10 @@ def _slug(secret_type: str) -> str:
 @lru_cache(maxsize=1)
 def plugins() -> tuple[tuple[str, RegexBasedDetector], ...]:
     """(kind, plugin) of every detect-secrets regex plugin used."""
-    out = []
-    for secret_type, cls in sorted(get_mapping_from_secret_type_to_class().items()):
+    out: list[tuple[str, RegexBasedDetector]] = []
+    # detect-secrets types the mapping with an unbound TypeVar: state its bound
+    mapping: Mapping[str, type[BasePlugin]] = get_mapping_from_secret_type_to_class()
+    for secret_type, cls in sorted(mapping.items()):
         if cls.__name__ in EXCLUDED or not issubclass(cls, RegexBasedDetector):
             continue
         out.append((_slug(secret_type), cls()))

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, MutableMapping, Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
@@ -39,8 +38,8 @@ from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
-from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.store.db import core_read, core_write
+from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire

@@ -5,25 +5,33 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from datetime import datetime
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
+from app.domain.errors import (
+    ControlTokenInText,
+    EventConflict,
+    InvalidEvent,
+    PayloadTooLarge,
+    SessionNotFound,
+    UnknownProfile,
+)
 from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
 from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
-from app.store import repository as repo
-from app.store.tenancy import own_payload
+from app.observability import metrics
 from app.services import redaction
+from app.store import repository as repo
 from app.store.tables import ArtifactRow, SessionRow, utcnow
+from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
-from app.observability import metrics
 
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
@@ -281,13 +289,13 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
         if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
             entry["fetched_at"] = utcnow().timestamp()
         elif isinstance(entry.get("fetched_at"), str):
-            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"].replace("Z", "+00:00")).timestamp()
+            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"]).timestamp()
 
 
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority
 
 
-def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
+def count_payload_tokens(uow: Callable[[], AbstractContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
                          session_id: str, handles: Sequence[str]) -> tuple[str, dict[str, int]]:
     """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
     store each count beside its payload (``payloads.token_counts``), once per payload and

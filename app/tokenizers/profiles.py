@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from app.domain.budget import Budget
 from app.domain.compaction.watermarks import Watermarks
@@ -81,7 +82,7 @@ def _template_kwargs(value: Any, tokenizer: Mapping[str, Any]) -> dict[str, Any]
     """``chat_template_kwargs``: a table of JSON values, for a tokenizer with a chat template
     (mistral-common renders without one, so the mistral_tekken kind takes none)."""
     if not isinstance(value, Mapping):
-        raise ValueError("chat_template_kwargs must be a table")
+        raise TypeError("chat_template_kwargs must be a table")
     if value and tokenizer.get("kind") == "mistral_tekken":
         raise ValueError("chat_template_kwargs: the mistral_tekken tokenizer has no chat template to pass them to")
     json.dumps(value)  # TOML dates and times are not JSON: TypeError
@@ -108,8 +109,8 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             cache=dict(raw.get("cache", {"model": "vllm_blocks", "block_size": 16})),
             prices=dict(raw.get("prices", {})),
         )
-        profile.budget  # validates eq. 1 sizes
-        profile.watermarks  # validates eq. 3
+        _ = profile.budget  # validates eq. 1 sizes
+        _ = profile.watermarks  # validates eq. 3
         render_cache = profile.tokenizer.get("render_cache", "none")
         if render_cache not in RENDER_CACHES:
             raise ValueError(f"tokenizer.render_cache {render_cache!r} is not one of {', '.join(RENDER_CACHES)}")

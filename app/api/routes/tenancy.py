@@ -4,7 +4,7 @@ Thin: parse, call one service, return a schema."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -20,7 +20,7 @@ from app.store.db import read_only
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 audit = logging.getLogger("ctxd.audit")
 
-OCTETS = {200: {"content": {"application/octet-stream": {}}, "description": "The payload's bytes"}}
+OCTETS: dict[int | str, dict[str, Any]] = {200: {"content": {"application/octet-stream": {}}, "description": "The payload's bytes"}}
 
 
 @router.get("/sessions", response_model=SessionList, responses=documented())
