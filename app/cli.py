@@ -70,6 +70,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # directory (emptied now: counters of an earlier run must not be summed) and /metrics
     # sums them (app/observability/metrics.py). Workers inherit the variable.
     metrics_dir = fresh_multiprocess_dir()
+    from app.observability.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)  # uvicorn's lines too (log_config=None)
     from app.store.migrate import SchemaBehind, prepare_schema
 
     try:  # once here, before the workers start (each then finds the schema at head)
@@ -87,7 +90,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             reload=args.reload,
             workers=args.workers,
             timeout_graceful_shutdown=args.graceful_timeout,
-            log_level=settings.log_level,  # uvicorn's own loggers; ctxd's: app.observability.logs (one handler)
+            log_level=settings.log_level,
+            log_config=None,  # one handler for every logger: app/observability/logs.py
         )
     finally:
         metrics_dir.cleanup()

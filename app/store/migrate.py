@@ -85,6 +85,7 @@ def migration_lock(url: str) -> Iterator[Connection | None]:
     (a file lock is held). Blocks while another process holds it."""
     if make_url(url).get_backend_name() != "postgresql":
         with _sqlite_lock(url):
+            log.debug("migration lock held (file lock)")
             yield None
         return
     engine = create_engine(url, poolclass=pool.NullPool)
@@ -92,6 +93,7 @@ def migration_lock(url: str) -> Iterator[Connection | None]:
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             conn.commit()
+            log.debug("migration lock held (pg_advisory_lock %d)", MIGRATION_LOCK_KEY)
             try:
                 yield conn
             finally:  # closing the connection releases it too (a crashed migrator holds nothing)
