@@ -64,6 +64,20 @@ RATE_LIMITED = Counter("ctxd_rate_limited_total", "Requests refused 429 by a ten
 RATE_LIMIT_ERRORS = Counter(
     "ctxd_rate_limit_errors_total", "Rate-limit checks that could not reach their storage (the request was admitted).")
 REDACTIONS = Counter("ctxd_redactions_total", "Secrets redacted at ingest, by kind.", ["kind"])
+# issue 13: the compaction and audit panels of deploy/grafana/dashboards/ctxd.json
+COMPACTION_PASSES = Counter(
+    "ctxd_compaction_passes_total",
+    "Moves of the cut saved with the layout state (eq. 3): compaction passes into the progress record under "
+    "select, evictions under window; counted after commit.", ["profile", "policy"],
+)
+AUDIT_REJECTIONS = Counter(
+    "ctxd_audit_rejections_total",
+    "Model-written progress-record candidates rejected by the audit (listing 2), by the first finding's kind "
+    "(lost, altered, missing_or_altered, no_evidence, contradicts_event, needs_current_evidence, schema, ...).",
+    ["kind"],
+)
+
+
 # issue 13: the process model
 WORKERS = Gauge("ctxd_workers", "Worker processes serving (1 per live worker, summed).", multiprocess_mode="livesum")
 TOKENIZER_READY = Gauge(
