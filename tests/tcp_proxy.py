@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import Self
 
 
 class TcpProxy:
@@ -17,7 +18,7 @@ class TcpProxy:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
 
-    def __enter__(self) -> TcpProxy:
+    def __enter__(self) -> Self:
         self.restore()
         return self
 

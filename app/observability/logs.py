@@ -103,6 +103,7 @@ def formatter(fmt: str) -> logging.Formatter:
         _drop_color_message,
     ]
     renderer: Any
+    final: list[Any]
     if fmt == "json":
         final = [structlog.stdlib.ProcessorFormatter.remove_processors_meta, structlog.processors.format_exc_info,
                  structlog.processors.JSONRenderer()]
