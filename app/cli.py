@@ -73,11 +73,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from app.observability.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)  # uvicorn's lines too (log_config=None)
-    from app.store.migrate import SchemaBehind, prepare_schema
+    from app.store.migrate import SchemaAhead, SchemaBehind, prepare_schema
 
     try:  # once here, before the workers start (each then finds the schema at head)
         prepare_schema(settings.effective_database_url, auto_migrate=settings.auto_migrate)
-    except SchemaBehind as exc:
+    except (SchemaBehind, SchemaAhead) as exc:
         metrics_dir.cleanup()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -134,8 +134,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from app.settings import Settings
     from app.store.migrate import upgrade_head
 
+    from app.store.migrate import SchemaAhead
+
     settings = Settings()
-    before, after = upgrade_head(settings.effective_database_url)
+    try:
+        before, after = upgrade_head(settings.effective_database_url)
+    except SchemaAhead as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     rev = ", ".join(after)
     if before == after:
         print(f"database schema is at head ({rev}); nothing to do")

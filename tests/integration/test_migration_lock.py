@@ -163,3 +163,24 @@ def test_the_wheel_ships_the_migrations(tmp_path: Path) -> None:
     expected = {"app/migrations/env.py", "app/migrations/script.py.mako",
                 *(f"app/migrations/versions/{v}" for v in versions)}
     assert expected <= names, sorted(expected - names)
+
+
+def test_a_schema_migrated_by_a_newer_ctxd_is_named_not_called_behind(tmp_path: Path) -> None:
+    """Peer fault (Soju06/codex-lb#1256): a direction-blind "current != head" check told the
+    operator of a rolled-back build that the schema was behind. Here: a revision this ctxd
+    does not know stops `ctxd serve` and `ctxd migrate` (exit 1) naming it; nothing changes.
+    Before: `ctxd migrate` failed with alembic's traceback "Can't locate revision"."""
+    url = f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
+    command.upgrade(alembic_config(url), "head")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+    engine.dispose()
+    head = head_revisions()[0]
+    expected = (f"error: the database schema is at revision 0099_from_the_future, which this ctxd does not know "
+                f"(its head is {head}): a newer ctxd migrated it")
+    for args in (("migrate",), ("serve", "--port", "1")):
+        r = subprocess.run(_ctxd(*args), env=_env(url), capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 1 and expected in r.stderr, (args, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr
+    assert current_revisions(url) == ("0099_from_the_future",)
