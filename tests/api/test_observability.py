@@ -133,3 +133,19 @@ def test_json_log_lines_carry_the_request_id(client: TestClient, caplog: pytest.
     assert "RuntimeError: disk on fire" in error["exception"]
     assert all({"timestamp", "level", "logger", "event", "pid", "request_id"} <= set(line) for line in lines)
     assert lines[-1]["event"] == "outside a request" and lines[-1]["request_id"] is None
+
+
+def test_the_thread_pool_is_sized_to_the_database_pool(tmp_path: Path) -> None:
+    """Sync routes run in anyio's default thread pool (40 threads before): sized to the pool's
+    size + overflow, so no thread waits 30 s for a connection another thread holds."""
+    from anyio.to_thread import current_default_thread_limiter
+
+    from app.store.db import MAX_OVERFLOW, POOL_SIZE, make_engine, pool_capacity
+
+    with TestClient(create_app(Settings(data_dir=tmp_path))) as client:
+        engine = client.app.state.engine  # type: ignore[attr-defined]
+        tokens = client.portal.call(lambda: current_default_thread_limiter().total_tokens)  # type: ignore[union-attr]
+        assert tokens == pool_capacity(engine) == engine.pool.size() + engine.pool._max_overflow
+    postgres = make_engine("postgresql+psycopg://u:p@127.0.0.1:1/none")  # no connection is made
+    assert pool_capacity(postgres) == POOL_SIZE + MAX_OVERFLOW == 20
+    postgres.dispose()
