@@ -70,11 +70,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # directory (emptied now: counters of an earlier run must not be summed) and /metrics
     # sums them (app/observability/metrics.py). Workers inherit the variable.
     metrics_dir = fresh_multiprocess_dir()
-    from app.store.migrate import SchemaBehind, prepare_schema
+    from app.observability.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)  # uvicorn's lines too (log_config=None)
+    from app.store.migrate import SchemaAhead, SchemaBehind, prepare_schema
 
     try:  # once here, before the workers start (each then finds the schema at head)
         prepare_schema(settings.effective_database_url, auto_migrate=settings.auto_migrate)
-    except SchemaBehind as exc:
+    except (SchemaBehind, SchemaAhead) as exc:
         metrics_dir.cleanup()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -87,7 +90,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             reload=args.reload,
             workers=args.workers,
             timeout_graceful_shutdown=args.graceful_timeout,
-            log_level=settings.log_level,  # uvicorn's own loggers; ctxd's: app.observability.logs (one handler)
+            log_level=settings.log_level,
+            log_config=None,  # one handler for every logger: app/observability/logs.py
         )
     finally:
         metrics_dir.cleanup()
@@ -128,10 +132,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     """One-shot migration (a job run before the service starts, with CTXD_AUTO_MIGRATE=false
     on the service): under the migration lock, so concurrent runs are safe."""
     from app.settings import Settings
-    from app.store.migrate import upgrade_head
+    from app.store.migrate import SchemaAhead, upgrade_head
 
     settings = Settings()
-    before, after = upgrade_head(settings.effective_database_url)
+    try:
+        before, after = upgrade_head(settings.effective_database_url)
+    except SchemaAhead as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     rev = ", ".join(after)
     if before == after:
         print(f"database schema is at head ({rev}); nothing to do")

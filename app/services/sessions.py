@@ -28,6 +28,7 @@ from app.domain.text import first_control_string, split_lines
 from app.observability import metrics
 from app.services import redaction
 from app.store import repository as repo
+from app.store.db import after_commit
 from app.store.tables import ArtifactRow, SessionRow, utcnow
 from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
@@ -181,6 +182,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
     new_outputs: list[str] = []  # handles of the tool outputs this batch stored
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
+    appended: dict[str, int] = {}  # events created by kind, and the kinds of secrets redacted: counted
+    redacted: list[str] = []       # in the metrics once the batch is committed (never a rolled-back one)
     results: list[dict[str, Any]] = []
     seq = row.last_seq
     for index, event in enumerate(events):
@@ -210,6 +213,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             if redact and (kinds := redaction.redact_event(body)):
                 body["redactions"] = list(kinds)
+                redacted += kinds
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -228,6 +232,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            if done is not None:
+                redacted += done.kinds
             if done is not None and done.changed:
                 body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
                 body["redactions"] = list(done.kinds)
@@ -246,12 +252,20 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
         repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
-        metrics.EVENTS_APPENDED.labels(kind).inc()
+        appended[kind] = appended.get(kind, 0) + 1
     repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
     repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
+    if appended or redacted:
+        after_commit(db, lambda: _count_ingested(appended, redacted))
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+def _count_ingested(appended: dict[str, int], redacted: Sequence[str]) -> None:
+    for kind, n in appended.items():
+        metrics.EVENTS_APPENDED.labels(kind).inc(n)
+    redaction.count_redactions(redacted)
 
 
 def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
