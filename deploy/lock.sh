@@ -8,14 +8,14 @@
 # requirements.lock      the service's runtime dependencies: the image installs it
 # requirements-dev.lock  runtime + the test, eval and load extras, constrained to the same
 #                        runtime pins: .ci/run installs it
-# Both for CPython 3.11 on Linux, with the hashes of every file of each pinned version (so
-# the same lock installs on x86_64 and aarch64). tests/unit/test_lock.py checks that they
-# agree with pyproject.toml.
+# Both universal for CPython 3.11 (environment markers where a dependency is platform-
+# specific), with the hashes of every file of each pinned version: the same lock installs
+# on x86_64 and aarch64. tests/unit/test_lock.py checks that they agree with pyproject.toml.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 UV="${UV:-$(command -v uv || echo .venv/bin/uv)}"
 [[ -x "$UV" ]] || { echo "uv not found: pip install uv (or UV=/path/to/uv)" >&2; exit 2; }
-common=(--generate-hashes --python-version 3.11 --python-platform linux --no-annotate
+common=(--generate-hashes --universal --python-version 3.11 --no-annotate
         --custom-compile-command "bash deploy/lock.sh" --quiet)
 "$UV" pip compile pyproject.toml "${common[@]}" -o requirements.lock "$@"
 "$UV" pip compile pyproject.toml --extra test --extra eval --extra load -c requirements.lock "${common[@]}" \
