@@ -72,6 +72,7 @@ def test_ctxd_runs_workers_with_limits_and_a_readiness_healthcheck(compose: dict
     assert float(limits["cpus"]) > 0 and limits["memory"]
     assert any("/readyz" in part for part in ctxd["healthcheck"]["test"])
     assert ctxd["environment"]["CTXD_REDIS_URL"].startswith("redis://redis:")
+    assert ctxd["environment"]["CTXD_AUTO_MIGRATE"] == "false"  # the migrate job migrates; ctxd checks
 
 
 def test_prometheus_and_grafana_mount_the_repo_files_at_the_configured_paths(compose: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Every query of the Grafana dashboard returns data from a real Prometheus (issue 13 item 3).
 
-Grafana is not packaged here, so its dashboard's PromQL is what is checked: ``ctxd serve``
-starts natively (SQLite), a real Prometheus (Debian's ``/usr/bin/prometheus``) scrapes it on
+Grafana is not packaged here, so its dashboard's PromQL is what is checked: ``ctxd serve
+--workers 2`` starts natively (SQLite), a real Prometheus (Debian's ``/usr/bin/prometheus``) scrapes it on
 loopback every second with the repo's config (target and intervals rewritten) and rules
 file, a real trace is replayed over HTTP (its first calls, past a compaction pass), and then
 every ``expr`` of ``deploy/grafana/dashboards/ctxd.json`` must return a non-empty series.
@@ -38,6 +38,7 @@ from tests.traces import TRACES_DIR
 
 PROMETHEUS = "/usr/bin/prometheus"
 TRACE = TRACES_DIR / "pvlib__pvlib-python-1072__reasoner.traj.json"
+WORKERS = 2  # as the compose stack's default: /metrics sums the workers (Prometheus multiprocess mode)
 CALLS = 12  # GETs replayed: past qwen3's t_hi (8448 tokens), so at least one compaction pass
 
 pytestmark = [
@@ -91,7 +92,8 @@ def ctxd_base(tmp_path: Path, summarizer_url: str) -> Iterator[str]:
 
     env = {"CTXD_REDIS_URL": f"redis://127.0.0.1:{_free_port()}/0",  # nothing listens: Redis is down
            "CTXD_SUMMARIZER_URL": summarizer_url, "CTXD_SUMMARIZER_RETRIES": "0"}
-    with serve(data_dir=tmp_path / "data", env=env, log_path=tmp_path / "serve.log", ready_timeout=120) as base:
+    with serve(data_dir=tmp_path / "data", env=env, log_path=tmp_path / "serve.log", ready_timeout=120,
+               workers=WORKERS) as base:
         yield base
 
 
