@@ -118,34 +118,36 @@ def test_the_builder_steps_install_a_service_that_migrates_serves_and_is_healthy
     env |= {"PATH": f"{venv}/bin:{shim}:{env.get('PATH', '')}", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     for step in _stage(dockerfile, "builder", "RUN"):
         command = step.replace("/opt/ctxd", str(venv)).replace("/wheels", str(wheels))
-        done = subprocess.run(["sh", "-c", command], cwd=src, env=env, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(["sh", "-c", command], check=False, cwd=src, env=env, capture_output=True, text=True,
+                              timeout=900)
         assert done.returncode == 0, f"RUN {step}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     python = str(venv / "bin" / "python")
 
     # the package is the installed wheel, not the source tree; no eval extra
-    where = subprocess.run([python, "-c", "import app, importlib.util as u; print(app.__file__); "
-                            "print(u.find_spec('matplotlib') is None)"], cwd=run, env=env, capture_output=True,
+    probe = "import app, importlib.util as u; print(app.__file__); print(u.find_spec('matplotlib') is None)"
+    where = subprocess.run([python, "-c", probe], cwd=run, env=env, capture_output=True,
                            text=True, check=True).stdout.split()
     assert where[0].startswith(str(venv / "lib")) and where[1] == "True"
     env |= {"CTXD_DATA_DIR": str(tmp_path / "data")}
     ctxd = str(venv / "bin" / "ctxd")
-    migrated = subprocess.run([ctxd, "migrate"], cwd=run, env=env, capture_output=True, text=True, timeout=300)
+    migrated = subprocess.run([ctxd, "migrate"], check=False, cwd=run, env=env, capture_output=True, text=True,
+                              timeout=300)
     assert migrated.returncode == 0 and "head" in migrated.stdout, migrated.stdout + migrated.stderr
     evaluated = subprocess.run([ctxd, "eval", str(TRACES_DIR / "pvlib__pvlib-python-1072__reasoner.traj.json"),
-                                "--out", str(tmp_path / "eval")], cwd=run, env=env, capture_output=True, text=True,
-                               timeout=120)
+                                "--out", str(tmp_path / "eval")], check=False, cwd=run, env=env,
+                               capture_output=True, text=True, timeout=120)
     assert evaluated.returncode == 1 and "pip install 'ctxd[eval]'" in " ".join(evaluated.stderr.split())
 
     port = _free_port()
     [health] = _stage(dockerfile, "runtime", "HEALTHCHECK")
-    check = shlex.split(health.split("CMD", 1)[1].strip().strip("[]").replace('", "', '" "'))
-    check = [python] + [part.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for part in check[1:]]
+    healthcheck = shlex.split(health.split("CMD", 1)[1].strip().strip("[]").replace('", "', '" "'))
+    healthcheck = [python] + [part.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for part in healthcheck[1:]]
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen([ctxd, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=run, env=env,
                               stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while subprocess.run(check, env=env, capture_output=True, timeout=30).returncode != 0:
+        while subprocess.run(healthcheck, check=False, env=env, capture_output=True, timeout=30).returncode != 0:
             assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(0.5)
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
