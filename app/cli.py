@@ -308,9 +308,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
         # the eval extra is not part of the service install (nor of the image)
-        err.print("[bold red]error:[/] ctxd eval's plots need matplotlib, which is in the optional 'eval' extra: "
-                  "pip install 'ctxd[eval]' (from a checkout: pip install -e '.[eval]'), or pass --no-plots "
-                  "for the report without plots", highlight=False)
+        err.print("[bold red]error:[/] " + escape("ctxd eval's plots need matplotlib, which is in the optional 'eval' "
+                  "extra: pip install 'ctxd[eval]' (from a checkout: pip install -e '.[eval]'), or pass --no-plots "
+                  "for the report without plots"), highlight=False)
         return EXIT_FAILED
     policies = [p.strip() for p in re.split(r",(?![^\[]*\])", args.policies) if p.strip()]
     policies += sweep_policies(args.sweep_t_hi, args.sweep_k, args.sweep_record, args.sweep_lo_ratio)
