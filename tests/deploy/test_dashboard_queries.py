@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import threading
@@ -34,6 +33,7 @@ import yaml
 
 from app.adapters.miniswe import ModelCall, load_trajectory, replay_plan, session_create_body
 from tests.deploy.conftest import PROMETHEUS_YML, RULES, dashboard_exprs
+from tests.e2e.conftest import free_port
 from tests.traces import TRACES_DIR
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -47,12 +47,6 @@ pytestmark = [
     pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
                        reason=f"{PROMETHEUS} is not installed (Debian package prometheus: .ci/run installs it)"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Summarizer(BaseHTTPRequestHandler):
@@ -90,7 +84,7 @@ def summarizer_url() -> Iterator[str]:
 def ctxd_base(tmp_path: Path, summarizer_url: str) -> Iterator[str]:
     from app.bench_http import serve
 
-    env = {"CTXD_REDIS_URL": f"redis://127.0.0.1:{_free_port()}/0",  # nothing listens: Redis is down
+    env = {"CTXD_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens: Redis is down
            "CTXD_SUMMARIZER_URL": summarizer_url, "CTXD_SUMMARIZER_RETRIES": "0"}
     with serve(data_dir=tmp_path / "data", env=env, log_path=tmp_path / "serve.log", ready_timeout=120,
                workers=WORKERS) as base:
@@ -114,7 +108,7 @@ def _prometheus_config(target: str) -> dict[str, Any]:
 def prometheus(ctxd_base: str, tmp_path: Path) -> Iterator[str]:
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(_prometheus_config(ctxd_base.removeprefix("http://"))))
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "prometheus.log").open("w")
     with tempfile.TemporaryDirectory(prefix="ctxd-prom-") as storage:
         proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={storage}",

@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from tests.deploy.conftest import REPO
+from tests.e2e.conftest import free_port
 from tests.traces import TRACES_DIR
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -92,12 +92,6 @@ def test_builder_installs_the_hashed_lock_and_a_wheel_not_an_editable(dockerfile
     assert not set(copied) & ignored
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_the_builder_steps_install_a_service_that_migrates_serves_and_is_healthy(
         dockerfile: list[Instruction], tmp_path: Path) -> None:
@@ -138,7 +132,7 @@ def test_the_builder_steps_install_a_service_that_migrates_serves_and_is_healthy
                                capture_output=True, text=True, timeout=120)
     assert evaluated.returncode == 1 and "pip install 'ctxd[eval]'" in " ".join(evaluated.stderr.split())
 
-    port = _free_port()
+    port = free_port()
     [health] = _stage(dockerfile, "runtime", "HEALTHCHECK")
     healthcheck = shlex.split(health.split("CMD", 1)[1].strip().strip("[]").replace('", "', '" "'))
     healthcheck = [python] + [part.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for part in healthcheck[1:]]
