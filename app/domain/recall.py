@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from app.domain.errors import InvalidParameter
 from app.domain.types import Session

@@ -4,7 +4,7 @@ handle and line ranges. Both read one snapshot; neither writes."""
 
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy.orm import Session as OrmSession
@@ -45,7 +45,7 @@ def _event_json(row: Any, payloads: dict[str, str], representation: str) -> dict
     body = dict(row.body or {})
     created = row.created_at
     if created is not None and created.tzinfo is None:
-        created = created.replace(tzinfo=timezone.utc)
+        created = created.replace(tzinfo=UTC)
     out: dict[str, Any] = {"seq": int(row.seq), "event_id": row.event_id, "kind": row.kind,
                            "created_at": created.isoformat() if created is not None else None}
     if row.kind == "tool_result":
@@ -141,7 +141,7 @@ def search(db: OrmSession, session_id: str, query: str, *, limit: int = 10, cont
         for key in ("role", "call_id"):
             if key in body:
                 hit[key] = body[key]
-        matches = []
+        matches: list[dict[str, Any]] = []
         for field, value, ranges in sorted(by_seq[seq], key=lambda f: f[0]):
             handle = repo.text_handle(body) if field == recall.PAYLOAD_FIELD else None
             matches.extend({"field": field, "handle": handle, "lines": r.lines, "start_line": r.start,

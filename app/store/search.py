@@ -20,7 +20,7 @@ def add_event_texts(db: Db, session_id: str, rows: Sequence[tuple[int, str, str]
     """Index ``(seq, field, text)`` rows of the session's new events (one INSERT; on SQLite
     the triggers of migration 0010_event_search feed the FTS5 table)."""
     if rows:
-        core(db).execute(insert(EventTextRow.__table__),
+        core(db).execute(insert(EventTextRow),
                          [{"session_id": session_id, "seq": seq, "field": field, "text": value}
                           for seq, field, value in rows])
 
@@ -47,7 +47,7 @@ def candidate_texts(db: Db, session_id: str, query: str, *, below_seq: int = 2**
     conn = core(db)
     if dialect_name(conn) == "sqlite":
         phrase = '"' + query.replace('"', '""') + '"'
-        rows: Iterable[Row[Any]] = conn.execute(_SQLITE_SEARCH, {"phrase": phrase, "sid": session_id,
+        rows: Iterable[Any] = conn.execute(_SQLITE_SEARCH, {"phrase": phrase, "sid": session_id,
                                                                  "below": below_seq, "cap": cap})
     else:
         table = EventTextRow.__table__
@@ -55,7 +55,7 @@ def candidate_texts(db: Db, session_id: str, query: str, *, below_seq: int = 2**
                             .where(table.c.session_id == session_id, table.c.seq < below_seq,
                                    table.c.text.ilike(_like_pattern(query), escape="\\"))
                             .order_by(table.c.seq.desc(), table.c.field).limit(cap))
-    return [(int(seq), str(field), str(value)) for seq, field, value in rows]
+    return [(int(row[0]), str(row[1]), str(row[2])) for row in rows]
 
 
 _PAGE = (select(EventRow.seq, EventRow.event_id, EventRow.kind, EventRow.body, EventRow.created_at)

@@ -35,12 +35,12 @@ depends_on = None
 CHUNK = 500
 
 SQLITE_DDL = (
-    "CREATE VIRTUAL TABLE event_texts_fts USING fts5(text, content='event_texts', content_rowid='id', "
-    "tokenize='trigram')",
-    "CREATE TRIGGER event_texts_ai AFTER INSERT ON event_texts BEGIN "
-    "INSERT INTO event_texts_fts(rowid, text) VALUES (new.id, new.text); END",
-    "CREATE TRIGGER event_texts_ad AFTER DELETE ON event_texts BEGIN "
-    "INSERT INTO event_texts_fts(event_texts_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
+    ("CREATE VIRTUAL TABLE event_texts_fts USING fts5(text, content='event_texts', content_rowid='id', "
+     "tokenize='trigram')"),
+    ("CREATE TRIGGER event_texts_ai AFTER INSERT ON event_texts BEGIN "
+     "INSERT INTO event_texts_fts(rowid, text) VALUES (new.id, new.text); END"),
+    ("CREATE TRIGGER event_texts_ad AFTER DELETE ON event_texts BEGIN "
+     "INSERT INTO event_texts_fts(event_texts_fts, rowid, text) VALUES ('delete', old.id, old.text); END"),
 )
 
 

@@ -119,6 +119,7 @@ def test_line_ranges_context_multiline_and_lines_without_newline(client: TestCli
     text = "l1\r\nl2 needle_one\nl3\nl4\nl5 needle_one\nl6\nl7\nl8\nl9 needle_one"   # CRLF, no final newline
     (seq,) = outputs(client, sid, text)
     (hit,) = search(client, sid, "needle_one")["hits"]
+    assert hit["seq"] == seq
     assert [m["lines"] for m in hit["matches"]] == ["2:2", "5:5", "9:9"] and hit["match_count"] == 3
     (hit,) = search(client, sid, "needle_one", context=2)["hits"]
     assert [m["lines"] for m in hit["matches"]] == ["1:9"]     # 1:4, 3:7 and 7:9 overlap: one range
@@ -155,6 +156,7 @@ def test_redacted_secrets_are_not_searchable(client: TestClient) -> None:
     assert search(client, sid, GH_CLASSIC)["hits"] == []
     assert search(client, sid, GH_CLASSIC[4:20])["hits"] == []
     (hit,) = search(client, sid, "config_value_x")["hits"]
+    assert hit["seq"] == seq
     (match,) = hit["matches"]
     raw = hashlib.sha256(payload.encode()).hexdigest()
     assert hit["handle"] == raw and match["handle"] != raw     # the range slices the redacted view
@@ -259,7 +261,7 @@ def test_search_never_crosses_sessions(client: TestClient) -> None:
     assert all(e["seq"] <= 2 for e in client.get(f"/v1/sessions/{mine}/events").json()["events"])
 
 
-def test_another_tenants_events_and_search_are_404_like_absent(app_client: TestClient, two: Any) -> None:
+def test_another_tenants_events_and_search_are_404_like_absent(app_client: TestClient, two: Any) -> None:  # noqa: F811
     a, b = two
     sid, _ = session_with_output(app_client, a, "tenant_a_secret_marker\n")
     assert app_client.get(f"/v1/sessions/{sid}/search", params={"q": "tenant_a_secret_marker"},

@@ -31,7 +31,7 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_events_before_the_index_are_backfilled_and_found(database_url: str, tmp_path: Path) -> None:
+def test_events_before_the_index_are_backfilled_and_found(database_url: str, tmp_path: Path) -> None:  # noqa: F811
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     with TestClient(create_app(settings)) as client:
         sid = client.post("/v1/sessions", json=SESSION).json()["id"]
