@@ -356,3 +356,28 @@ def test_recall_setting_must_be_a_boolean(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="recall must be true or false"):
         load_profiles(bad)
     assert load_profiles()["qwen3"].recall is False
+
+
+def _readme_helper() -> Any:
+    """``run_recall`` exactly as README "Recall" gives it."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```python\nimport httpx\n\n\ndef run_recall")
+    code = readme[start + len("```python\n"):readme.index("```", start + 10)]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    return namespace["run_recall"]
+
+
+def test_the_readme_helper_executes_recall_calls(client: TestClient) -> None:
+    run_recall = _readme_helper()
+    sid = new_session(client)
+    (seq,) = outputs(client, sid, "a\nb\nc\ndef evicted_helper_fn():\n    return 1\n")
+    post(client, sid, {"event_id": "n1", "kind": "step", "text": "call evicted_helper_fn next"})
+    text = run_recall(client, sid, {"query": "evicted_helper_fn", "context": 1})
+    handle = hashlib.sha256(b"a\nb\nc\ndef evicted_helper_fn():\n    return 1\n").hexdigest()
+    assert text == (f"seq {seq + 1} step, text lines 1:1:\ncall evicted_helper_fn next\n"
+                    f"seq {seq} tool_result, handle {handle[:12]} lines 3:5:\nc\ndef evicted_helper_fn():\n    return 1\n")
+    assert run_recall(client, sid, {"handle": handle[:12], "lines": "4:4"}) == "def evicted_helper_fn():\n"
+    assert run_recall(client, sid, {"query": "no_such_identifier"}) == "no match"
+    assert run_recall(client, sid, {"query": "ab"}).startswith("recall failed (422): q must have at least 3")
+    assert run_recall(client, sid, {"handle": "f" * 12}).startswith("recall failed (404)")
