@@ -55,7 +55,8 @@ def test_recall_finds_what_the_next_action_needs_after_eviction(recall_client: T
     outputs: dict[int, str] = {}  # seq -> payload of every tool result posted so far
     served: str | None = None
     root: tuple | None = None
-    checked: list[tuple[str, int, str]] = []  # (identifier, seq found, lines)
+    checked: list[tuple[str, int, str, str]] = []  # (identifier, seq found, lines, its representation)
+    shown: dict[int, str] = {}  # seq -> representation in the last served request
     folded_or_cut = 0
     for step in miniswe.replay_plan(traj):
         if isinstance(step, miniswe.ModelCall):
@@ -71,6 +72,8 @@ def test_recall_finds_what_the_next_action_needs_after_eviction(recall_client: T
                                                    for i in [*manifest["items"], *manifest["elided"]]
                                                    if i["kind"] == "tool_result"))
             served = json.dumps(body["messages"], ensure_ascii=False)
+            shown = {i["seq"]: i["representation"] for i in [*manifest["items"], *manifest["elided"]]}
+            shown |= {s: "folded" for r in manifest.get("ranges", ()) for s in range(r["seq_from"], r["seq_to"] + 1)}
             continue
         events = list(step.events)
         action = events[0] if events[0]["kind"] == "message" and events[0]["role"] == "assistant" else None
@@ -91,7 +94,8 @@ def test_recall_finds_what_the_next_action_needs_after_eviction(recall_client: T
                 assert sliced.status_code == 200 and ident in sliced.text, (ident, match)
                 assert sliced.text == "".join(outputs[seq].splitlines(keepends=True)[
                     match["start_line"] - 1:match["end_line"]])
-                checked.append((ident, seq, match["lines"]))
+                assert shown.get(seq) != "verbatim", (ident, seq)
+                checked.append((ident, seq, match["lines"], shown.get(seq, "?")))
         r = client.post(f"/v1/sessions/{sid}/events", json={"events": events})
         assert r.status_code == 200, r.text
         for event, result in zip(events, r.json()["results"]):
@@ -99,7 +103,8 @@ def test_recall_finds_what_the_next_action_needs_after_eviction(recall_client: T
                 outputs[result["seq"]] = event["payload"]
     assert folded_or_cut > 0, "the small budget must fold or cut tool outputs"
     assert checked, "the trace must have an action needing an identifier the request lost"
-    print(f"recall checks: {len(checked)}; first: {checked[:3]}")
+    kinds = {r: sum(c[3] == r for c in checked) for r in sorted({c[3] for c in checked})}
+    print(f"recall checks: {len(checked)} {kinds}; first: {checked[:3]}")
 
 
 QUICK = [p for p in TRACE_FILES if p.name == "pvlib__pvlib-python-1072__reasoner.traj.json"]
