@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from app.api import problems
 from app.api.middleware import RequestContext
 from app.api.routes import ops, v1
+from app.api.routes import recall as recall_routes
 from app.api.routes import tenancy as tenancy_routes
 from app.observability import metrics
 from app.observability.logs import configure_logging
@@ -147,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(v1.router)
     app.include_router(tenancy_routes.router)
+    app.include_router(recall_routes.router)
     app.include_router(ops.router)
     from app.api.auth import AuthMiddleware
 

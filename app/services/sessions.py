@@ -23,11 +23,13 @@ from app.domain.errors import (
 )
 from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
+from app.domain.recall import searchable_texts
 from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.observability import metrics
 from app.services import redaction
 from app.store import repository as repo
+from app.store import search as search_store
 from app.store.db import after_commit
 from app.store.tables import ArtifactRow, SessionRow, utcnow
 from app.store.tenancy import own_payload
@@ -181,6 +183,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     new_calls: dict[str, list[Any]] = {}  # call id -> [call seq, result seq | None], inserted at the end
     answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
     new_outputs: list[str] = []  # handles of the tool outputs this batch stored
+    texts: list[tuple[int, str, str]] = []  # (seq, field, text) to index for search (issue 14 item 3)
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
     appended: dict[str, int] = {}  # events created by kind, and the kinds of secrets redacted: counted
     redacted: list[str] = []       # in the metrics once the batch is committed (never a rolled-back one)
@@ -201,6 +204,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             continue
         body = {k: v for k, v in event.items() if k not in ("event_id", "kind")}
         revision = None
+        rendered: str | None = None  # a tool result's text as requests render it (its redacted view)
         if kind == "message":
             reused = [c["call_id"] for c in body.get("tool_calls") or [] if c["call_id"] in calls]
             if reused:
@@ -232,6 +236,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            rendered = done.text if done is not None and done.changed else data.decode("utf-8")
             if done is not None:
                 redacted += done.kinds
             if done is not None and done.changed:
@@ -250,6 +255,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                                    f"session (earlier seqs are 1..{seq})", depends_on=unknown, **where)
         seq += 1
         repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
+        texts.extend((seq, field, text) for field, text in searchable_texts(kind, body, rendered))
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
         appended[kind] = appended.get(kind, 0) + 1
@@ -257,6 +263,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
+    search_store.add_event_texts(db, session_id, texts)
     if appended or redacted:
         after_commit(db, lambda: _count_ingested(appended, redacted))
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
