@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,11 +52,11 @@ def _free_port() -> int:
 
 @contextmanager
 def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, log_path: Path | None = None,
-          ready_timeout: float = 120.0) -> Iterator[str]:
+          ready_timeout: float = 120.0, workers: int = 1, args: Sequence[str] = ()) -> Iterator[str]:
     """``ctxd serve`` on a free loopback port on the embedded default (SQLite in
     ``data_dir``, default a temporary directory; in-process cache, no Redis; ``env`` adds
-    CTXD_ settings); yields its base URL once ``/readyz`` answers 200 (tokenizer loaded),
-    then stops it with SIGTERM. Its output goes to ``log_path`` (default: in the temporary
+    CTXD_ settings; ``workers`` uvicorn workers; ``args`` more `ctxd serve` options); yields
+    its base URL once ``/readyz`` answers 200 (tokenizer loaded), then stops it with SIGTERM. Its output goes to ``log_path`` (default: in the temporary
     directory), a file, since one access line per request fills a pipe left unread.
 
     Raises BenchError when it exits early, is not ready within ``ready_timeout`` seconds,
@@ -71,7 +71,8 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
                                   "CTXD_REDIS_URL": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         log_file = log_path or Path(tmp) / "serve.log"
         with log_file.open("w", encoding="utf-8") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                                     "--workers", str(workers), *args],
                                     env=variables | (env or {}), stdout=log, stderr=subprocess.STDOUT)
             base = f"http://127.0.0.1:{port}"
             try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -122,16 +122,16 @@ def find_secrets(text: str) -> list[Span]:
     return merge(spans)
 
 
-def _count(kinds: tuple[str, ...]) -> None:
+def count_redactions(kinds: Sequence[str]) -> None:
+    """``ctxd_redactions_total`` += 1 per kind redacted (call it once the redacted event is
+    committed: app/services/sessions.py)."""
     for kind in kinds:
         metrics.REDACTIONS.labels(kind).inc()
 
 
 def redact_payload(text: str) -> Redaction:
     """A tool output (or any text) redacted."""
-    done = redact_text(text, find_secrets)
-    _count(done.kinds)
-    return done
+    return redact_text(text, find_secrets)
 
 
 def redact_event(body: dict[str, Any]) -> tuple[str, ...]:
@@ -154,5 +154,4 @@ def redact_event(body: dict[str, Any]) -> tuple[str, ...]:
             if done.changed:
                 call["arguments"] = done.text
                 kinds += done.kinds
-    _count(tuple(kinds))
     return tuple(kinds)

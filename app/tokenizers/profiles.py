@@ -35,6 +35,9 @@ class Profile:
     keep_groups: int = 3  # K: the newest turn groups a pass never folds
     record_tokens: int | None = None  # the progress record's budget (default: the task_state share)
     render_reasoning: bool = False
+    #: issue 14 item 3: add the ``recall`` tool declaration (app/domain/recall.py) after the
+    #: session's tools in every request (off by default)
+    recall: bool = False
     #: keyword arguments the serving engine passes to the chat template (vLLM and SGLang
     #: ``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking = false``): rendered in the
     #: count and the tokens format, sent in the openai body
@@ -89,6 +92,13 @@ def _template_kwargs(value: Any, tokenizer: Mapping[str, Any]) -> dict[str, Any]
     return dict(value)
 
 
+def _flag(value: Any, name: str) -> bool:
+    """A TOML boolean (a string such as "false" would read as true: refused)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, not {value!r}")  # noqa: TRY004  (a profile file error: load_profiles reports ValueError)
+    return value
+
+
 def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
     try:
         profile = Profile(
@@ -104,6 +114,7 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             keep_groups=int(raw.get("keep_groups", 3)),
             record_tokens=int(raw["record_tokens"]) if raw.get("record_tokens") else None,
             render_reasoning=bool(raw.get("render_reasoning", False)),
+            recall=_flag(raw.get("recall", False), "recall"),
             chat_template_kwargs=_template_kwargs(raw.get("chat_template_kwargs", {}), raw["tokenizer"]),
             shares=dict(raw.get("shares", {})),
             cache=dict(raw.get("cache", {"model": "vllm_blocks", "block_size": 16})),

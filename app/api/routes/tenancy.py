@@ -88,5 +88,5 @@ def list_profiles(request: Request, profiles: Profiles) -> ProfileList:
         out.append(ProfileOut(name=p.name, model=p.model, tokenizer=dict(p.tokenizer), window=p.window,
                               output_reserve=p.output_reserve, headroom=p.headroom,
                               input_limit=p.window - p.output_reserve - p.headroom, item_cap_tokens=p.item_cap_tokens,
-                              render_reasoning=p.render_reasoning, cache=dict(p.cache), prices=dict(p.prices)))
+                              render_reasoning=p.render_reasoning, recall=p.recall, cache=dict(p.cache), prices=dict(p.prices)))
     return ProfileList(default=request.app.state.settings.default_profile, profiles=out)
