@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import PROBLEM_JSON, problem_body
+from app.api.problems import PROBLEM_JSON, problem_body, unavailable_problem
 from app.observability import metrics
 from app.observability.logs import REQUEST_ID
 
@@ -45,7 +45,9 @@ def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
 class RequestContext:
     """Sets the request id (context variable, ``X-Request-ID`` response header), records
     ``ctxd_http_requests_total`` / ``ctxd_http_request_duration_seconds`` by route
-    template, and turns any exception that reaches it into a logged 500 problem+json."""
+    template, and turns any exception that reaches it into a logged 500 problem+json, but a
+    database outage (a connection refused or lost: app/api/problems.py
+    ``database_unavailable``), which is a 503 with ``Retry-After``."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -72,10 +74,15 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_id)
-        except Exception:
-            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+        except Exception as exc:
+            outage = unavailable_problem(exc, str(scope.get("path", "")))
+            if outage is None:
+                log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await _send_problem(send_with_id, scope)
+                if outage is not None:
+                    await outage(scope, receive, send_with_id)
+                else:
+                    await _send_problem(send_with_id, scope)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")
