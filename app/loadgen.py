@@ -75,7 +75,8 @@ class Agents:
     ``max_calls``: GETs per session before a new one (0: the whole trace). ``keep_alive``:
     False sends ``Connection: close`` (a new connection per request, so a multi-worker
     server spreads one session's requests over its workers). ``session_ids``: every
-    session created; ``acknowledged``: every event acknowledged with a 2xx."""
+    session created; ``acknowledged``: every event acknowledged with a 2xx; ``bodies``: every
+    GET's JSON when ``keep_bodies``; ``in_flight``: requests sent and not yet answered."""
 
     bases: Sequence[str]
     traces: Sequence[Path]
@@ -94,6 +95,7 @@ class Agents:
     session_ids: list[str] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keep_bodies: bool = False
+    in_flight: int = 0
 
     def __post_init__(self) -> None:
         from app.adapters.miniswe import load_trajectory, replay_plan, session_create_body
@@ -174,12 +176,17 @@ class Agents:
 
         while True:
             base, client = self._pick(clients, home, rng)
+            with self._lock:
+                self.in_flight += 1
             start = time.monotonic()
             try:
                 resp = client.request(method, path, **kwargs)
             except httpx.HTTPError as exc:
                 self._record(Outcome(route, 0, start, time.monotonic(), base, f"{type(exc).__name__}: {exc}"))
                 return None
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
             outcome = Outcome(route, resp.status_code, start, time.monotonic(), base,
                               retry_after=resp.headers.get("retry-after"))
             if resp.status_code >= 400:
