@@ -268,3 +268,51 @@ def is_failure(o: Outcome) -> bool:
     if o.status == 503:
         return o.retry_after is None
     return o.status >= 400
+
+
+#: Locust's statistics rows of the scenario (loadtests/locustfile.py), then the total.
+LOCUST_ROUTES = (*ROUTES.values(), "Aggregated")
+
+
+def run_locust(host: str, *, users: int, seconds: int, csv_prefix: Path, traces: Sequence[Path] = (),
+               max_calls: int = 0, extra: Sequence[str] = (), timeout: float | None = None
+               ) -> tuple[dict[str, dict[str, str]], list[dict[str, str]], str]:
+    """Run ``loadtests/locustfile.py`` headless against ``host`` (a subprocess: locust's gevent
+    monkey-patching stays out of this process) with ``users`` simulated agents spawned at once,
+    for ``seconds``. Returns (Locust's ``_stats.csv`` rows by name, the ``_failures.csv`` rows,
+    its output). Raises RuntimeError when locust exits non-zero for another reason than
+    failed requests (exit status 1)."""
+    import csv
+    import subprocess
+    import sys
+
+    locustfile = Path(__file__).resolve().parents[1] / "loadtests" / "locustfile.py"
+    cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-u", str(users), "-r", str(users),
+           "-t", f"{seconds}s", "--stop-timeout", "30", "--host", host, "--only-summary", "--csv", str(csv_prefix),
+           "--ctxd-max-calls", str(max_calls), *extra]
+    if traces:
+        cmd += ["--ctxd-traces", ",".join(str(p) for p in traces)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout or seconds + 300)
+    output = done.stdout + done.stderr
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"locust exited {done.returncode}:\n{output[-4000:]}")
+    with open(f"{csv_prefix}_stats.csv", newline="", encoding="utf-8") as f:
+        stats = {row["Name"]: row for row in csv.DictReader(f)}
+    failures_csv = Path(f"{csv_prefix}_failures.csv")
+    failed: list[dict[str, str]] = []
+    if failures_csv.exists():
+        with failures_csv.open(newline="", encoding="utf-8") as f:
+            failed = list(csv.DictReader(f))
+    return stats, failed, output
+
+
+def locust_table(stats: dict[str, dict[str, str]]) -> list[str]:
+    """One line per route of Locust's statistics: requests, requests/s, p50, p95, max, failures."""
+    lines = [f"{'route':<28} {'requests':>8} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'failures':>8}"]
+    for name in LOCUST_ROUTES:
+        row = stats.get(name)
+        if row is None:
+            continue
+        lines.append(f"{name:<28} {row['Request Count']:>8} {float(row['Requests/s']):>7.1f} {row['50%']:>7} "
+                     f"{row['95%']:>7} {float(row['Max Response Time']):>7.0f} {row['Failure Count']:>8}")
+    return lines
