@@ -53,6 +53,15 @@ def test_only_outages_are_unavailable() -> None:
     assert database_unavailable(sa.TimeoutError("QueuePool limit of size 10 overflow 10 reached")) is not None
     assert database_unavailable(sa.OperationalError("SELECT 1", {}, psycopg.OperationalError(
         "connection failed: Connection refused"))) == "connection failed: Connection refused"
+    # a query in flight when the server stops (SQLSTATE 57P01), or a connect while it starts (57P03):
+    # the kinds peers answered 500 (Gitlawb/node#256, superseriousbusiness/gotosocial#2738)
+    assert database_unavailable(sa.OperationalError("SELECT 1", {}, psycopg.errors.AdminShutdown(
+        "terminating connection due to administrator command"))) is not None
+    assert database_unavailable(sa.OperationalError("SELECT 1", {}, psycopg.errors.CannotConnectNow(
+        "the database system is starting up"))) is not None
+    lost = sa.InterfaceError("SELECT 1", {}, psycopg.InterfaceError("the connection is closed"),
+                             connection_invalidated=True)
+    assert database_unavailable(lost) is not None
     assert database_unavailable(sa.OperationalError("SELECT 1", {}, sqlite3.OperationalError(
         "database is locked"))) == "database is locked"
     # faults stay faults (500)
