@@ -216,16 +216,9 @@ class Redis(_Managed):
 
 
 def _serve_command(port: int, workers: int) -> list[str]:
-    """``ctxd serve --workers N`` (issue 13 item 1); uvicorn's own ``--workers`` on the app
-    factory where ``ctxd serve`` has no ``--workers`` option yet."""
-    from app.cli import build_parser
-
-    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
-    if any("--workers" in a.option_strings for a in serve._actions):
-        return [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                "--workers", str(workers)]
-    return [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host", "127.0.0.1", "--port",
-            str(port), "--workers", str(workers), "--log-level", "warning", "--no-access-log"]
+    """``ctxd serve --workers N`` on loopback (issue 13 item 1)."""
+    return [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers)]
 
 
 class Ctxd(_Managed):
