@@ -119,7 +119,7 @@ class Postgres(_Managed):
         cmd = list(args)
         if os.geteuid() == 0:  # initdb and postgres refuse to run as root
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, cwd=self.dir, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(cmd, cwd=self.dir, check=False, capture_output=True, text=True, timeout=timeout)
 
     @property
     def log(self) -> Path:
@@ -255,7 +255,7 @@ class Ctxd(_Managed):
                             "CTXD_HOST": "127.0.0.1"} | self.env
         with self.log.open("a", encoding="utf-8") as log:
             if env["CTXD_DATABASE_URL"]:  # the one-shot migration job, as compose runs it before the workers
-                done = subprocess.run([sys.executable, "-m", "app.cli", "migrate"], env=env, stdout=log,
+                done = subprocess.run([sys.executable, "-m", "app.cli", "migrate"], env=env, check=False, stdout=log,
                                       stderr=subprocess.STDOUT, timeout=300)
                 if done.returncode != 0:
                     raise NativeStackError(f"ctxd migrate failed: {_tail(self.log)}")

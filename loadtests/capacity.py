@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from app.loadgen import Agents, run_locust  # noqa: E402
-from app.native import Ctxd, Postgres, Redis  # noqa: E402
-from app.traces import traces_dir  # noqa: E402
+from app.loadgen import Agents, run_locust
+from app.native import Ctxd, Postgres, Redis
+from app.traces import traces_dir
 
 TRACES = ("pvlib__pvlib-python-1072__reasoner", "pydicom__pydicom-901__chat", "marshmallow-code__marshmallow-1343__chat",
           "pvlib__pvlib-python-1154__chat")
@@ -51,7 +51,7 @@ def _memo_counts(base: str) -> dict[str, float]:
 
     text = httpx.get(f"{base}/metrics", timeout=30).text
     out = {"hit": 0.0, "miss": 0.0}
-    for result, value in re.findall(r'^ctxd_assembly_memo_total\{result="(hit|miss)"\} ([0-9.e+]+)$', text, re.M):
+    for result, value in re.findall(r'^ctxd_assembly_memo_total\{result="(hit|miss)"\} ([0-9.e+]+)$', text, re.MULTILINE):
         out[result] += float(value)
     return out
 
@@ -62,7 +62,7 @@ def capacity(workers: list[int], agents: list[int], seconds: int, max_calls: int
         for w in workers:
             with Ctxd(workers=w, env={"CTXD_DATABASE_URL": pg.url, "CTXD_REDIS_URL": redis.url}) as server:
                 for n in agents:
-                    stats, failed, _ = run_locust(server.base, users=n, seconds=seconds, traces=_traces(),
+                    stats, _failed, _ = run_locust(server.base, users=n, seconds=seconds, traces=_traces(),
                                                   csv_prefix=Path(tmp) / f"w{w}-u{n}", max_calls=max_calls)
                     get, total = stats[GET], stats["Aggregated"]
                     rows.append({"workers": w, "agents": n, "gets_per_s": float(get["Requests/s"]),
