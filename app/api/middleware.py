@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import PROBLEM_JSON, problem_body
+from app.api.problems import PROBLEM_JSON, problem_body, unavailable_problem
 from app.observability import metrics
 
 log = logging.getLogger("ctxd")
@@ -43,7 +43,9 @@ def new_request_id() -> str:
 class RequestContext:
     """Records ``ctxd_http_requests_total`` / ``ctxd_http_request_duration_seconds`` by route
     template (:func:`route_label`), and turns any exception that reaches it into a logged
-    500 problem+json (with the request id: the correlation middleware runs outside)."""
+    500 problem+json (with the request id: the correlation middleware runs outside), but a
+    database outage (a connection refused or lost: app/api/problems.py
+    ``database_unavailable``), which is a 503 with ``Retry-After``."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -65,10 +67,15 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_status)
-        except Exception:
-            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+        except Exception as exc:
+            outage = unavailable_problem(exc, str(scope.get("path", "")))
+            if outage is None:
+                log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await _send_problem(send_status, scope)
+                if outage is not None:
+                    await outage(scope, receive, send_status)
+                else:
+                    await _send_problem(send_status, scope)
         finally:
             path = route_label(scope)
             method = str(scope.get("method", ""))

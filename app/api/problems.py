@@ -71,14 +71,58 @@ def status_for(exc: errors.DomainError) -> int:
     return 400
 
 
+#: ``Retry-After`` (seconds) of a 503 that names none: the outages it answers (a database
+#: restart, a tokenizer loading, contended layout state) last seconds.
+RETRY_AFTER_503 = 1
+
+
 def problem_headers(status: int, extra: dict[str, Any]) -> dict[str, str]:
     """HTTP headers a problem of ``status`` carries: ``WWW-Authenticate: Bearer`` on a 401
-    (RFC 6750), ``Retry-After`` (whole seconds) on a 429 whose ``extra`` has ``retry_after``."""
+    (RFC 6750), ``Retry-After`` (whole seconds) on a 429 whose ``extra`` has ``retry_after``
+    and on every 503 (``retry_after``, else :data:`RETRY_AFTER_503`)."""
     if status == 401:
         return {"WWW-Authenticate": 'Bearer realm="ctxd"'}
     if status == 429 and extra.get("retry_after") is not None:
         return {"Retry-After": str(int(extra["retry_after"]))}
+    if status == 503:
+        return {"Retry-After": str(int(extra.get("retry_after") or RETRY_AFTER_503))}
     return {}
+
+
+def database_unavailable(exc: BaseException) -> str | None:
+    """Why ``exc`` means the database cannot be used for now, or None for any other error.
+
+    Unavailable: a connection refused, lost or closed by the server (a restart:
+    ``terminating connection due to administrator command``, ``the database system is
+    starting up``), SQLAlchemy's pool exhausted (``sqlalchemy.exc.TimeoutError``), and on
+    SQLite a database locked or busy past the busy timeout. Every other error (a missing
+    table, a constraint, a syntax error) is a fault, not an outage (None)."""
+    from sqlalchemy import exc as sa
+
+    if isinstance(exc, sa.TimeoutError):
+        return "no database connection free in the pool"
+    if not isinstance(exc, sa.DBAPIError):
+        return None
+    message = str(exc.orig or exc).strip().splitlines()[0] if str(exc.orig or exc).strip() else type(exc).__name__
+    if type(exc.orig).__module__.startswith("sqlite3"):
+        lowered = message.lower()
+        return message if "locked" in lowered or "busy" in lowered else None
+    if exc.connection_invalidated or isinstance(exc, sa.OperationalError):
+        return message
+    return None
+
+
+def unavailable_problem(exc: BaseException, path: str) -> JSONResponse | None:
+    """The 503 problem+json (with ``Retry-After``) answering ``exc`` when it is a database
+    outage (:func:`database_unavailable`), else None. Logged as a warning: the client retries."""
+    reason = database_unavailable(exc)
+    if reason is None:
+        return None
+    log.warning("database unavailable on %s: %s", path, reason)
+    response = problem(503, "Database unavailable", f"the database cannot be reached ({reason}); nothing was "
+                       "changed by this request: retry it", instance=path, retry_after=RETRY_AFTER_503)
+    response.headers.update(problem_headers(503, {}))
+    return response
 
 
 def install(app: FastAPI) -> None:

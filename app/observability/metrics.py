@@ -71,6 +71,13 @@ RATE_LIMITED = Counter("ctxd_rate_limited_total", "Requests refused 429 by a ten
 RATE_LIMIT_ERRORS = Counter(
     "ctxd_rate_limit_errors_total", "Rate-limit checks that could not reach their storage (the request was admitted).")
 REDACTIONS = Counter("ctxd_redactions_total", "Secrets redacted at ingest, by kind.", ["kind"])
+# issue 13 item 8: what session affinity buys
+ASSEMBLY_MEMO = Counter(
+    "ctxd_assembly_memo_total",
+    "GETs after an earlier GET of the session in the same format: hit when this process served that earlier one "
+    "and still holds it in its assembly memo, miss when it reads and rebuilds it from the database.",
+    ["result"],
+)
 # issue 13: the compaction and audit panels of deploy/grafana/dashboards/ctxd.json
 COMPACTION_PASSES = Counter(
     "ctxd_compaction_passes_total",

@@ -280,7 +280,9 @@ def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,
     base = None
     if previous is not None and previous.manifest_id is not None:
         base = memo.manifest(session_id, fmt)
-        if base is None or base.id != previous.manifest_id:  # served by another worker: read it
+        hit = base is not None and base.id == previous.manifest_id
+        metrics.ASSEMBLY_MEMO.labels("hit" if hit else "miss").inc()
+        if not hit:  # served by another worker (or evicted, or a restart): read it
             base = repo.load_manifest(db, session_id, previous.manifest_id)
     counts = known_payload_tokens(db, tokenizer_of(state.session.profile), events, memo.leaf_cache(session_id))
     return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts)
