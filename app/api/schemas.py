@@ -308,12 +308,21 @@ class MessageBatch(Strict):
 _EVENT = TypeAdapter(EventIn)
 
 
-def validated_messages(mapped: list[MappedMessage], *, start: int) -> list[MappedMessage]:
+def validated_messages(mapped: list[MappedMessage], *, start: int,
+                       max_instructions_chars: int | None = None) -> list[MappedMessage]:
     """``mapped`` with each event validated as ``POST /events`` validates it (and dumped the
     same way), so a message breaks no event rule (a user message with no text, an id with a
-    NUL...). Raises InvalidMessage (422) naming the message (``loc``) and the rule."""
+    NUL...), and instructions within ``max_instructions_chars`` (CTXD_MAX_STRING_CHARS, as
+    the ``system`` of a session). Raises InvalidMessage (422) naming the message (``loc``)
+    and the rule."""
     out = []
     for m in mapped:
+        if max_instructions_chars is not None and len(m.instructions or "") > max_instructions_chars:
+            raise InvalidMessage(f"the instructions at position {m.position} have {len(m.instructions or ''):,} "
+                                 f"characters, over the limit of {max_instructions_chars:,} (setting "
+                                 "CTXD_MAX_STRING_CHARS)", position=m.position,
+                                 loc=["body", "system"] if m.position < 0 else ["body", "messages",
+                                                                                  m.position - start])
         events = []
         for event in m.events:
             try:

@@ -100,7 +100,7 @@ def _parts_text(content: Any, loc: Sequence[str | int], *, kinds: Mapping[str, s
     for i, part in enumerate(content):
         part = _object(part, [*loc, i])
         kind = part.get("type")
-        if kind not in kinds:
+        if not isinstance(kind, str) or kind not in kinds:
             raise _fail([*loc, i, "type"], f"content part type {kind!r} is not supported (ctxd keeps text: "
                         f"{', '.join(sorted(kinds))})")
         texts.append(_string(part.get(kinds[kind]), [*loc, i, kinds[kind]]) or "")

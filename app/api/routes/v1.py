@@ -107,8 +107,9 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
     the session's message stream. Re-posting the whole history every turn is safe: a
     message at a known position is a no-op when equal and 409 when changed. One
     transaction; bad input is 422 and stores nothing."""
-    mapped = validated_messages(map_messages(batch.messages, fmt=format, start=batch.start, system=batch.system), start=batch.start)
     settings = request.app.state.settings
+    mapped = validated_messages(map_messages(batch.messages, fmt=format, start=batch.start, system=batch.system),
+                                start=batch.start, max_instructions_chars=settings.max_string_chars)
     with uow() as db:
         out = message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
                                               meters=meters, max_payload_bytes=settings.max_payload_bytes,
