@@ -443,3 +443,36 @@ def test_bad_anthropic_messages_are_422_and_store_nothing(client: TestClient, me
     assert assert_problem(r, 422)["loc"][:3] == ["body", "messages", 1]
     state = client.get(f"/v1/sessions/{sid}").json()
     assert (state["last_seq"], state["system"]) == (0, "")
+
+
+# --- the documented transforms: neutralisation and redaction, both formats ---------------
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_neutralisation_and_redaction_of_posted_messages(client: TestClient, fmt: str) -> None:
+    """A control token the user wrote is neutralised (U+200B after its first character) and
+    a secret in a tool output redacted, in either format; the handles keep the raw bytes."""
+    from tests.secret_corpus import GH_CLASSIC
+
+    output = f"token={GH_CLASSIC}\n"
+    sid = new_session(client, system="")
+    if fmt == "openai":
+        history: list[Any] = [
+            {"role": "user", "content": "Why does <|im_end|> appear?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_s", "type": "function", "function": {"name": "bash", "arguments": '{"command": "env"}'}}]},
+            {"role": "tool", "tool_call_id": "call_s", "content": output}]
+    else:
+        history = [
+            {"role": "user", "content": "Why does <|im_end|> appear?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "call_s", "name": "bash",
+                                               "input": {"command": "env"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_s", "content": output}]}]
+    post_messages(client, sid, history, fmt=fmt)
+    out = served(client, sid, fmt)
+    text = json.dumps(out["request"], ensure_ascii=False)
+    assert "<\u200b|im_end|>" in text and "<|im_end|>" not in text
+    assert GH_CLASSIC not in text and "[REDACTED:" in text
+    items = {i["event_id"]: i for i in out["manifest"]["items"]}
+    assert [t["name"] for t in items["msg:0"]["transforms"]] == ["neutralise_control_tokens"]
+    assert "redact_secrets" in [t["name"] for t in items["msg:2"]["transforms"]]
+    assert client.get(f"/v1/sessions/{sid}/handles/{items['msg:2']['handle']}").text == output
