@@ -9,7 +9,11 @@ from typing import Any
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import InvalidMessage, MessageConflict
-from app.services.sessions import check_protected_text, ingest_events, require_session_row
+from app.services.sessions import (
+    check_protected_text,
+    ingest_events,
+    require_session_row,
+)
 from app.store import positions as store
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -85,9 +89,10 @@ def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage]
                 db.flush()
         new.append((m, digest))
         events.extend(m.events)
-    ingested = ingest_events(db, session_id, events, max_payload_bytes=max_payload_bytes, redact=redact) \
+    ingested: dict[str, Any] = ingest_events(db, session_id, events, max_payload_bytes=max_payload_bytes,
+                                             redact=redact) \
         if events else {"last_seq": row.last_seq, "results": [], "new_tool_outputs": []}
-    results = iter(ingested["results"])
+    results = iter(list(ingested["results"]))
     rows = []
     for m, digest in new:
         seqs = [next(results)["seq"] for _ in m.events]

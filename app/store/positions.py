@@ -35,6 +35,6 @@ def add_positions(db: OrmSession, session_id: str, rows: Sequence[tuple[int, str
     """Record new positions: (position, sha256, seqs of its events)."""
     if rows:
         now = utcnow()
-        db.execute(core_insert(MessagePositionRow.__table__), [
+        db.execute(core_insert(MessagePositionRow), [
             {"session_id": session_id, "position": p, "sha256": h, "seqs": seqs, "created_at": now}
             for p, h, seqs in rows])

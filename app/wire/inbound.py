@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,20 +173,24 @@ def _anthropic_text(block: Mapping[str, Any], loc: Sequence[str | int]) -> str:
     return _string(block.get("text"), [*loc, "text"]) or ""
 
 
-def _anthropic_assistant(content: Any, position: int, loc: list[str | int]) -> MappedMessage:
+def _blocks(content: Any, loc: list[str | int]) -> Iterator[tuple[list[str | int], Mapping[str, Any], Any]]:
+    """``(loc, block, type)`` of each block of an Anthropic ``content`` (a string is one text
+    block)."""
     if isinstance(content, str):
-        blocks: list[Any] = [{"type": "text", "text": content}]
-    elif isinstance(content, list):
-        blocks = content
-    else:
+        content = [{"type": "text", "text": content}]
+    elif not isinstance(content, list):
         raise _fail([*loc, "content"], f"must be a string or a list of blocks, got {type(content).__name__}")
+    for i, block in enumerate(content):
+        where: list[str | int] = [*loc, "content", i]
+        block = _object(block, where)
+        yield where, block, block.get("type")
+
+
+def _anthropic_assistant(content: Any, position: int, loc: list[str | int]) -> MappedMessage:
     texts: list[str] = []
     thinking: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
-    for i, block in enumerate(blocks):
-        where = [*loc, "content", i]
-        block = _object(block, where)
-        kind = block.get("type")
+    for where, block, kind in _blocks(content, loc):
         if kind == "text":
             texts.append(_anthropic_text(block, where))
         elif kind == "thinking":
@@ -215,14 +219,9 @@ def _anthropic_user(content: Any, position: int, loc: list[str | int]) -> Mapped
     if isinstance(content, str):
         return MappedMessage(position, events=({"event_id": event_id(position), "kind": "message", "role": "user",
                                                 "content": content},))
-    if not isinstance(content, list):
-        raise _fail([*loc, "content"], f"must be a string or a list of blocks, got {type(content).__name__}")
     events: list[dict[str, Any]] = []
     texts: list[str] = []
-    for i, block in enumerate(content):
-        where = [*loc, "content", i]
-        block = _object(block, where)
-        kind = block.get("type")
+    for where, block, kind in _blocks(content, loc):
         if kind == "text":
             texts.append(_anthropic_text(block, where))
         elif kind == "tool_result":

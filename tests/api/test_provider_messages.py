@@ -296,8 +296,14 @@ SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds" + "+/=" * 3
 def anthropic_history() -> list[Any]:
     """A tool loop as an agent keeps it with the Anthropic SDK: ``{"role": "assistant",
     "content": response.content}`` of real SDK types, dumped."""
-    from anthropic.types import (Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock,
-                                 Usage)
+    from anthropic.types import (
+        Message,
+        RedactedThinkingBlock,
+        TextBlock,
+        ThinkingBlock,
+        ToolUseBlock,
+        Usage,
+    )
 
     turn1 = Message(id="msg_1", type="message", role="assistant", model="claude-x", stop_reason="tool_use",
                     usage=Usage(input_tokens=10, output_tokens=5), content=[

@@ -11,11 +11,18 @@ from typing import Any
 
 import httpx
 import pytest
+from ctxd_client import (
+    AsyncSession,
+    Client,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    RetryPolicy,
+    Session,
+)
+from scripted_llm import ScriptedLLM
 
 from app.domain.framing import unframe
-from ctxd_client import (AsyncSession, Client, ConflictError, InvalidInputError, NotFoundError, RetryPolicy,
-                         Session)
-from scripted_llm import ScriptedLLM
 from tests.client.conftest import example
 
 TASK = "Tell me what hello.py prints."
@@ -171,3 +178,15 @@ def test_async_session(ctxd_url: str) -> None:
     line, whole, trunk = asyncio.run(flow())
     assert (line, whole) == ("line 2\n", "line 1\nline 2\n")
     assert "[c1]\nKeep it short." in trunk[0]
+
+
+@pytest.mark.parametrize("name", ["openai_agent", "anthropic_agent"])
+def test_lines_to_plug_ctxd_into_an_sdk_loop(name: str) -> None:
+    """README "Python client": 4 lines (3 added, 1 changed) plug ctxd into each loop; one
+    more, optional, logs the final answer."""
+    from tests.client.conftest import EXAMPLES
+
+    marked = [line for line in (EXAMPLES / f"{name}.py").read_text().splitlines() if "  # ctxd" in line]
+    required = [line for line in marked if "optional" not in line]
+    assert len(required) == 4 and sum("(was:" in line for line in required) == 1
+    assert len(marked) - len(required) == 1

@@ -10,22 +10,11 @@ message; ctxd sends the thinking blocks back byte for byte.
 from __future__ import annotations
 
 import argparse
-import subprocess
 from typing import Any
 
 from anthropic import Anthropic
-
 from ctxd_client import Session  # ctxd
-
-SYSTEM = "You are a careful engineer. Use the bash tool to inspect the workspace."
-TOOLS = [{"type": "function", "function": {
-    "name": "bash", "description": "Run a bash command in the workspace",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
-
-
-def run_bash(command: str, workdir: str) -> str:
-    done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True, timeout=60)
-    return done.stdout + done.stderr
+from workspace import SYSTEM, TOOLS, run_bash
 
 
 def main(task: str, *, llm_url: str, ctxd_url: str, workdir: str = ".", max_turns: int = 20) -> tuple[str, Any]:
@@ -39,7 +28,7 @@ def main(task: str, *, llm_url: str, ctxd_url: str, workdir: str = ".", max_turn
         messages.append({"role": "assistant", "content": reply.content})
         calls = [b for b in reply.content if b.type == "tool_use"]
         if not calls:
-            session.post(messages, format="anthropic", system=SYSTEM)
+            session.post(messages, format="anthropic", system=SYSTEM)  # ctxd (optional: logs the final answer too)
             return "".join(b.text for b in reply.content if b.type == "text"), session
         messages.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": b.id, "content": run_bash(b.input["command"], workdir)}

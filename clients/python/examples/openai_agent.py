@@ -12,22 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from typing import Any
 
-from openai import OpenAI
-
 from ctxd_client import Session  # ctxd
-
-SYSTEM = "You are a careful engineer. Use the bash tool to inspect the workspace."
-TOOLS = [{"type": "function", "function": {
-    "name": "bash", "description": "Run a bash command in the workspace",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
-
-
-def run_bash(command: str, workdir: str) -> str:
-    done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True, timeout=60)
-    return done.stdout + done.stderr
+from openai import OpenAI
+from workspace import SYSTEM, TOOLS, run_bash
 
 
 def main(task: str, *, llm_url: str, ctxd_url: str, workdir: str = ".", max_turns: int = 20) -> tuple[str, Any]:
@@ -40,7 +29,7 @@ def main(task: str, *, llm_url: str, ctxd_url: str, workdir: str = ".", max_turn
         reply = llm.chat.completions.create(**session.request().openai_kwargs()).choices[0].message  # ctxd (was: model=..., messages=messages, tools=TOOLS)
         messages.append(reply)
         if not reply.tool_calls:
-            session.post(messages)
+            session.post(messages)  # ctxd (optional: logs the final answer too)
             return reply.content or "", session
         for call in reply.tool_calls:
             command = json.loads(call.function.arguments)["command"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class ScriptedLLM:
@@ -50,7 +50,7 @@ class ScriptedLLM:
         scripted = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 answer = scripted._reply(self.path, body)
                 data = json.dumps(answer if answer is not None else {"error": "script exhausted"}).encode()
@@ -65,7 +65,7 @@ class ScriptedLLM:
 
         return Handler
 
-    def __enter__(self) -> ScriptedLLM:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

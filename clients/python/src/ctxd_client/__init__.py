@@ -11,8 +11,15 @@ positions, so a retry is never applied twice.
 """
 
 from ctxd_client._async import AsyncClient, AsyncSession
-from ctxd_client._core import (AssembledRequest, ConflictError, CtxdError, InvalidInputError, NotFoundError,
-                               RetryableError, RetryPolicy)
+from ctxd_client._core import (
+                               AssembledRequest,
+                               ConflictError,
+                               CtxdError,
+                               InvalidInputError,
+                               NotFoundError,
+                               RetryableError,
+                               RetryPolicy,
+)
 from ctxd_client._sync import Client, Session
 
 __all__ = ["AssembledRequest", "AsyncClient", "AsyncSession", "Client", "ConflictError", "CtxdError",

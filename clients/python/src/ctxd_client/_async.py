@@ -3,27 +3,35 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from tenacity import AsyncRetrying
 
-from ctxd_client._core import (DEFAULT_URL, AssembledRequest, Format, MessageLog, PostFormat, RetryPolicy, error_for,
-                               merge_answers, post_plan, session_body)
+from ctxd_client._core import (
+    DEFAULT_RETRY,
+    AssembledRequest,
+    Format,
+    MessageLog,
+    PostFormat,
+    RetryPolicy,
+    error_for,
+    handle_params,
+    http_options,
+    merge_answers,
+    post_plan,
+    session_body,
+)
 
 
 class AsyncClient:
     """:class:`ctxd_client.Client` for asyncio."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 60.0,
-                 retry: RetryPolicy = RetryPolicy(), transport: httpx.AsyncBaseTransport | None = None) -> None:
-        key = api_key if api_key is not None else os.environ.get("CTXD_API_KEY")
+                 retry: RetryPolicy = DEFAULT_RETRY, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.retry = retry
-        self.http = httpx.AsyncClient(base_url=url or os.environ.get("CTXD_URL") or DEFAULT_URL, timeout=timeout,
-                                      transport=transport,
-                                      headers={"Authorization": f"Bearer {key}"} if key else None)
+        self.http = httpx.AsyncClient(transport=transport, **http_options(url, api_key, timeout))
 
     async def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                    json: Any = None) -> httpx.Response:
@@ -40,7 +48,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -81,7 +89,7 @@ class AsyncSession:
 
     async def handle(self, handle: str, *, lines: str | None = None, offset: int | None = None,
                      length: int | None = None) -> str:
-        params = {k: v for k, v in (("lines", lines), ("offset", offset), ("length", length)) if v is not None}
+        params = handle_params(lines, offset, length)
         return (await self.client.call("GET", f"/v1/sessions/{self.id}/handles/{handle}", params=params)).text
 
     async def search(self, q: str, **params: Any) -> dict[str, Any]:

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
-from tenacity import RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+from tenacity import (
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
 
 Format = Literal["openai", "anthropic", "tokens"]
 PostFormat = Literal["openai", "anthropic", "events"]
@@ -96,6 +103,21 @@ class RetryPolicy:
 
         return {"stop": stop_after_attempt(self.attempts), "wait": wait, "retry": retry_if_exception(retryable),
                 "reraise": True}
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def http_options(url: str | None, api_key: str | None, timeout: float) -> dict[str, Any]:
+    """The httpx client options: ``url`` (default ``$CTXD_URL``, else http://127.0.0.1:8000),
+    ``Authorization: Bearer`` with ``api_key`` (default ``$CTXD_API_KEY``), ``timeout``."""
+    key = api_key if api_key is not None else os.environ.get("CTXD_API_KEY")
+    return {"base_url": url or os.environ.get("CTXD_URL") or DEFAULT_URL, "timeout": timeout,
+            "headers": {"Authorization": f"Bearer {key}"} if key else None}
+
+
+def handle_params(lines: str | None, offset: int | None, length: int | None) -> dict[str, Any]:
+    return {k: v for k, v in (("lines", lines), ("offset", offset), ("length", length)) if v is not None}
 
 
 def jsonable(value: Any) -> Any:

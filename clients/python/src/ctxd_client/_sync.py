@@ -3,15 +3,26 @@ retries) and :class:`Session` (one ctxd session)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from tenacity import Retrying
 
-from ctxd_client._core import (DEFAULT_URL, AssembledRequest, Format, MessageLog, PostFormat, RetryPolicy, error_for,
-                               merge_answers, post_plan, session_body)
+from ctxd_client._core import (
+    DEFAULT_RETRY,
+    AssembledRequest,
+    Format,
+    MessageLog,
+    PostFormat,
+    RetryPolicy,
+    error_for,
+    handle_params,
+    http_options,
+    merge_answers,
+    post_plan,
+    session_body,
+)
 
 
 class Client:
@@ -21,12 +32,9 @@ class Client:
     ``Retry-After``); a 4xx problem raises a :class:`~ctxd_client.CtxdError` subclass."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float = 60.0,
-                 retry: RetryPolicy = RetryPolicy(), transport: httpx.BaseTransport | None = None) -> None:
-        key = api_key if api_key is not None else os.environ.get("CTXD_API_KEY")
+                 retry: RetryPolicy = DEFAULT_RETRY, transport: httpx.BaseTransport | None = None) -> None:
         self.retry = retry
-        self.http = httpx.Client(base_url=url or os.environ.get("CTXD_URL") or DEFAULT_URL, timeout=timeout,
-                                 transport=transport,
-                                 headers={"Authorization": f"Bearer {key}"} if key else None)
+        self.http = httpx.Client(transport=transport, **http_options(url, api_key, timeout))
 
     def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
              json: Any = None) -> httpx.Response:
@@ -45,7 +53,7 @@ class Client:
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,7 +103,7 @@ class Session:
                length: int | None = None) -> str:
         """The payload behind ``handle`` as posted (``lines="a:b"``, 1-based inclusive, or
         ``offset`` / ``length`` in bytes), decoded as UTF-8."""
-        params = {k: v for k, v in (("lines", lines), ("offset", offset), ("length", length)) if v is not None}
+        params = handle_params(lines, offset, length)
         return self.client.call("GET", f"/v1/sessions/{self.id}/handles/{handle}", params=params).text
 
     def search(self, q: str, **params: Any) -> dict[str, Any]:
