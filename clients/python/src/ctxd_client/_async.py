@@ -21,6 +21,7 @@ from ctxd_client._core import (
     http_options,
     merge_answers,
     post_plan,
+    search_params,
     session_body,
 )
 
@@ -92,9 +93,10 @@ class AsyncSession:
         params = handle_params(lines, offset, length)
         return (await self.client.call("GET", f"/v1/sessions/{self.id}/handles/{handle}", params=params)).text
 
-    async def search(self, q: str, **params: Any) -> dict[str, Any]:
+    async def search(self, q: str, *, limit: int | None = None, context: int | None = None,
+                     cursor: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = (await self.client.call("GET", f"/v1/sessions/{self.id}/search",
-                                                      params={"q": q, **params})).json()
+                                                      params=search_params(q, limit, context, cursor))).json()
         return out
 
     async def info(self) -> dict[str, Any]:

@@ -120,6 +120,12 @@ def handle_params(lines: str | None, offset: int | None, length: int | None) -> 
     return {k: v for k, v in (("lines", lines), ("offset", offset), ("length", length)) if v is not None}
 
 
+def search_params(q: str, limit: int | None, context: int | None, cursor: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"q": q}
+    params.update({k: v for k, v in (("limit", limit), ("context", context), ("cursor", cursor)) if v is not None})
+    return params
+
+
 def jsonable(value: Any) -> Any:
     """``value`` with the SDKs' pydantic objects (``ChatCompletionMessage``, an Anthropic
     ``Message`` or its content blocks) dumped to plain JSON values, at any depth."""

@@ -21,6 +21,7 @@ from ctxd_client._core import (
     http_options,
     merge_answers,
     post_plan,
+    search_params,
     session_body,
 )
 
@@ -106,11 +107,14 @@ class Session:
         params = handle_params(lines, offset, length)
         return self.client.call("GET", f"/v1/sessions/{self.id}/handles/{handle}", params=params).text
 
-    def search(self, q: str, **params: Any) -> dict[str, Any]:
-        """Search the session's events (``GET /search?q=``): the events holding ``q`` with
-        their handles and line ranges (substring match; identifiers match exactly)."""
+    def search(self, q: str, *, limit: int | None = None, context: int | None = None,
+               cursor: str | None = None) -> dict[str, Any]:
+        """Search the session's events (``GET /search?q=``, a substring search: identifiers
+        match exactly): ``{query, hits: [{seq, event_id, kind, rank, handle, matches: [{field,
+        handle, lines "a:b", text, ...}]}], next_cursor, capped}`` (``context``: lines around
+        each match; ``cursor``: the previous page's ``next_cursor``)."""
         out: dict[str, Any] = self.client.call("GET", f"/v1/sessions/{self.id}/search",
-                                               params={"q": q, **params}).json()
+                                               params=search_params(q, limit, context, cursor)).json()
         return out
 
     def info(self) -> dict[str, Any]:
