@@ -1,18 +1,18 @@
 """message positions: provider messages posted through POST /v1/sessions/{id}/messages
 
-Revision ID: 0010_message_positions
-Revises: 0009_progress_record
+Revision ID: 0011_message_positions
+Revises: 0010_event_search
 
 Upgrade: table ``message_positions`` (session_id, position) -> sha256 of what the message
 mapped to and the seqs of its events (issue 14 item 1: a message re-posted at a known
 position is a no-op when equal, a 409 when changed). Deleted with its session (ON DELETE
 CASCADE). Downgrade drops it. Runs on SQLite and PostgreSQL.
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
-revision = "0010_message_positions"
-down_revision = "0009_progress_record"
+revision = "0011_message_positions"
+down_revision = "0010_event_search"
 branch_labels = None
 depends_on = None
 
