@@ -190,3 +190,21 @@ def test_lines_to_plug_ctxd_into_an_sdk_loop(name: str) -> None:
     required = [line for line in marked if "optional" not in line]
     assert len(required) == 4 and sum("(was:" in line for line in required) == 1
     assert len(marked) - len(required) == 1
+
+
+def test_search_finds_a_posted_tool_output_and_its_lines_read_back(ctxd_url: str) -> None:
+    """session.search on GET /search (issue 14 item 3's contract): the event holding an
+    identifier, its handle and line range; the range read back through session.handle."""
+    session = Session.create(goal="Find the helper.", url=ctxd_url)
+    output = "import os\n\ndef get_template_tag_modules():\n    return []\n"
+    session.post([{"role": "user", "content": "Where is the helper?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_g", "type": "function",
+                       "function": {"name": "bash", "arguments": '{"command": "cat tags.py"}'}}]},
+                  {"role": "tool", "tool_call_id": "call_g", "content": output}])
+    found = session.search("get_template_tag_modules", limit=5)
+    hit = next(h for h in found["hits"] if h["event_id"] == "msg:2")
+    match = next(m for m in hit["matches"] if m["field"] == "payload")
+    assert match["lines"] == "3:3" and match["handle"] == hit["handle"]
+    assert session.handle(match["handle"], lines=match["lines"]) == "def get_template_tag_modules():\n"
+    assert session.search("get_template_tag_modulez")["hits"] == []
