@@ -88,7 +88,13 @@ PAYLOAD_FIELDS = frozenset({"payload", "content", "reasoning"})
 
 
 def _payload_field(loc: tuple[Any, ...]) -> bool:
-    """``events[i].payload|content|reasoning`` and ``events[i].tool_calls[j].arguments``."""
+    """``events[i].payload|content|reasoning`` and ``events[i].tool_calls[j].arguments``, and
+    every string inside a provider message ``messages[i]`` of POST /messages (text, tool
+    output, arguments, tool input, thinking: each event's payload is bounded by
+    CTXD_MAX_PAYLOAD_BYTES at ingest, identifiers by the event schema, instructions by
+    CTXD_MAX_STRING_CHARS in the route)."""
+    if len(loc) >= 3 and loc[0] == "messages" and isinstance(loc[1], int):
+        return True
     if len(loc) < 3 or loc[0] != "events" or not isinstance(loc[1], int):
         return False
     return (len(loc) == 3 and loc[2] in PAYLOAD_FIELDS) or (

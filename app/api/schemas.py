@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from app.domain.errors import InvalidMessage
 from app.domain.manifest import Representation
+from app.wire.inbound import MappedMessage
 
 
 def _no_nul(value: str) -> str:
@@ -151,6 +164,26 @@ class ToolCallIn(Strict):
         return value
 
 
+class ThinkingBlockIn(Strict):
+    """An Anthropic thinking block, kept byte for byte (its signature is checked by the API
+    when the block is sent back): ``{"type": "thinking", "thinking", "signature"}`` or
+    ``{"type": "redacted_thinking", "data"}``."""
+
+    type: Literal["thinking", "redacted_thinking"]
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> ThinkingBlockIn:
+        if self.type == "thinking" and (self.thinking is None or self.signature is None or self.data is not None):
+            raise ValueError("a thinking block has the strings thinking and signature (and no data)")
+        if self.type == "redacted_thinking" and (self.data is None or self.thinking is not None
+                                                 or self.signature is not None):
+            raise ValueError("a redacted_thinking block has the string data only")
+        return self
+
+
 class MessageIn(Strict):
     event_id: EventId
     kind: Literal["message"]
@@ -158,11 +191,14 @@ class MessageIn(Strict):
     content: str = ""
     reasoning: str | None = None
     tool_calls: list[ToolCallIn] = Field(default_factory=list)
+    thinking: list[ThinkingBlockIn] | None = Field(default=None, description=(
+        "an assistant message's Anthropic thinking blocks, sent back as posted in the anthropic format only "
+        "(never redacted or neutralised: the API checks their signatures)"))
 
     @model_validator(mode="after")
     def _calls(self) -> MessageIn:
-        if self.role == "user" and (self.tool_calls or self.reasoning):
-            raise ValueError("a user message carries neither tool_calls nor reasoning")
+        if self.role == "user" and (self.tool_calls or self.reasoning or self.thinking):
+            raise ValueError("a user message carries neither tool_calls nor reasoning nor thinking")
         if self.role == "user" and not self.content.strip():
             raise ValueError("a user message needs text other than whitespace (Anthropic refuses empty text "
                              "content; README \"Provider rules\")")
@@ -258,6 +294,73 @@ class EventBatchOut(BaseModel):
     session_id: str
     last_seq: int
     results: list[EventResult]
+
+
+# --- provider messages (issue 14 item 1; app/wire/inbound.py maps them) -----------------
+
+
+class MessageBatch(Strict):
+    """Provider messages as an agent keeps them (the SDK's objects dumped, or the dicts it
+    sent), in the format the ``format`` query parameter names. ``start``: the position of
+    ``messages[0]`` in the session's message stream (0: the whole history, re-posted)."""
+
+    messages: Annotated[list[Any], Field(max_length=1000, description=(
+        "OpenAI chat messages (roles system, developer, user, assistant, tool) or Anthropic messages (roles "
+        "user, assistant), exactly as the SDK returns them"))]
+    start: Annotated[int, Field(ge=0, le=2**31 - 1)] = Field(default=0, description=(
+        "position of messages[0] in the session's message stream; a known position is compared (equal: no-op, "
+        "changed: 409), a new one appended; past the next position: 422"))
+    system: Any = Field(default=None, description="anthropic only: the top-level system prompt (a string or text "
+                        "blocks), mapped to the session's instructions")
+
+
+_EVENT = TypeAdapter(EventIn)
+
+
+def validated_messages(mapped: list[MappedMessage], *, start: int,
+                       max_instructions_chars: int | None = None) -> list[MappedMessage]:
+    """``mapped`` with each event validated as ``POST /events`` validates it (and dumped the
+    same way), so a message breaks no event rule (a user message with no text, an id with a
+    NUL...), and instructions within ``max_instructions_chars`` (CTXD_MAX_STRING_CHARS, as
+    the ``system`` of a session). Raises InvalidMessage (422) naming the message (``loc``)
+    and the rule."""
+    out = []
+    for m in mapped:
+        if max_instructions_chars is not None and len(m.instructions or "") > max_instructions_chars:
+            raise InvalidMessage(f"the instructions at position {m.position} have {len(m.instructions or ''):,} "
+                                 f"characters, over the limit of {max_instructions_chars:,} (setting "
+                                 "CTXD_MAX_STRING_CHARS)", position=m.position,
+                                 loc=["body", "system"] if m.position < 0 else ["body", "messages",
+                                                                                  m.position - start])
+        events = []
+        for event in m.events:
+            try:
+                events.append(_EVENT.validate_python(event).model_dump(mode="json"))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ["body", "system"] if m.position < 0 else ["body", "messages", m.position - start]
+                raise InvalidMessage(f"message {'system' if m.position < 0 else m.position - start} (position "
+                                     f"{m.position}) maps to an invalid {event.get('kind')} event: "
+                                     f"{first.get('msg', '')}", loc=where, position=m.position,
+                                     event_id=event.get("event_id")) from None
+        out.append(replace(m, events=tuple(events)))
+    return out
+
+
+class MessageResult(BaseModel):
+    position: int = Field(description="the message's position in the session's message stream (-1: the "
+                          "anthropic system prompt)")
+    status: Literal["created", "duplicate"]
+    event_ids: list[str] = Field(description="ids of the events it maps to (msg:<position>[:<part>])")
+    seqs: list[int]
+    instructions: bool = Field(description="the message carried instructions (a system or developer message)")
+
+
+class MessageBatchOut(BaseModel):
+    session_id: str
+    last_seq: int
+    next_position: int = Field(description="the position of the next new message")
+    messages: list[MessageResult]
 
 
 # --- manifests (response models: they document the GET answers in the OpenAPI document;

@@ -558,14 +558,15 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
         content = clean(content)
         reasoning = clean(message.reasoning) if render_reasoning and message.reasoning else None
         out.append(LeafMessage(role=message.role, content=content, tool_calls=calls, reasoning=reasoning,
-                               seq=message.seq, neutralised=broken))
+                               seq=message.seq, neutralised=broken, thinking=message.thinking))
     for result in group.results:
         broken = bounded[result.handle].neutralised  # the header (exception text) is checked here
         framed, _ = frame(observation_text(result, bounded[result.handle].text), tool=names[result.call_id],
                           call_id=result.call_id, bindings=(bindings or {}).get(result.seq, ()))
         content = clean(framed)
         out.append(LeafMessage(role="tool", content=content, call_id=result.call_id, name=names[result.call_id],
-                               seq=result.seq, neutralised=broken))
+                               seq=result.seq, neutralised=broken,
+                               is_error=(result.conditions or {}).get("is_error") is True))
     return out
 
 

@@ -38,6 +38,13 @@ class InvalidEvent(DomainError):
     title = "Invalid event"
 
 
+class InvalidMessage(InvalidEvent):
+    """A provider message (POST /messages, issue 14) ctxd cannot carry or that breaks an
+    event rule; ``extra``: ``loc`` (the place in the body) and ``position`` when known."""
+
+    title = "Invalid message"
+
+
 class ControlTokenInText(DomainError):
     """Operator text that is rendered verbatim (task contract, system, tool declarations)
     spells one of the profile's chat control tokens. ``extra``: ``loc`` (the field's path),
@@ -50,6 +57,13 @@ class EventConflict(DomainError):
     """A repeated event_id with a different body (idempotency violation)."""
 
     title = "Event conflict"
+
+
+class MessageConflict(EventConflict):
+    """A provider message re-posted at a known position of the session's message stream with
+    other content than the message stored there; ``extra``: ``position``."""
+
+    title = "Message conflict"
 
 
 class UnknownProfile(DomainError):

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.domain.types import Contract
+from app.domain.types import Contract, ThinkingBlock
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,10 @@ class LeafMessage:
     """One leaf message. ``role`` is assistant, tool or user; tool messages carry
     ``call_id`` and ``name``; assistant messages may carry ``tool_calls``.
     ``neutralised`` counts the control strings broken in its texts (for the manifest item
-    of event ``seq``; :func:`app.domain.text.neutralise_control_text`).
+    of event ``seq``; :func:`app.domain.text.neutralise_control_text`). ``thinking``: the
+    Anthropic thinking blocks an assistant message was posted with (only the anthropic
+    wire format sends them; the profile's render sees ``reasoning``); ``is_error``: a tool
+    result posted as an error (the anthropic format's ``tool_result.is_error``).
 
     ``memo``: what renderers and serializers derive from this message (its template dict,
     its wire form, its digest), kept with the message itself: a session's leaf messages
@@ -43,6 +46,8 @@ class LeafMessage:
     reasoning: str | None = None
     seq: int | None = None
     neutralised: int = 0
+    thinking: tuple[ThinkingBlock, ...] = ()  # an assistant message's Anthropic thinking blocks, untouched
+    is_error: bool = False  # a tool message whose result was posted as an error (Anthropic ``is_error``)
     memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
 

@@ -54,6 +54,19 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class ThinkingBlock:
+    """An Anthropic thinking block of an assistant message, kept exactly as the provider
+    returned it (issue 14): ``kind`` ``thinking`` (``text`` = the thinking, ``signature``
+    the provider's signature over it) or ``redacted_thinking`` (``text`` = its opaque
+    ``data``, no signature). The provider checks the signature when the block is sent
+    back, so neither field is ever transformed (no redaction, no neutralisation)."""
+
+    kind: Literal["thinking", "redacted_thinking"]
+    text: str
+    signature: str | None = None
+
+
+@dataclass(frozen=True)
 class Binding:
     """Eq. 5: what an observation read: ``(artifact, kind, revision, range, content_hash)``.
 
@@ -82,6 +95,7 @@ class MessageEvent:
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     redactions: tuple[str, ...] = ()  # kinds of the secrets redacted at ingest (the handle keeps them)
+    thinking: tuple[ThinkingBlock, ...] = ()  # Anthropic thinking blocks, as posted (issue 14)
     kind: Literal["message"] = "message"
     at: float | None = None  # the server's time of the event (epoch seconds) when loaded from storage
 

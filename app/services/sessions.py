@@ -53,22 +53,31 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
         ControlTokenInText: protected text spells a control token of the profile (HTTP 422;
             ``loc`` names the field, e.g. ``["contract", "constraints", 0, "text"]``).
     """
-    spec = profiles.get(profile)
+    profiles.get(profile)
     if meters is not None:
         protected = {"contract": {"goal": contract.get("goal", ""), "constraints": contract.get("constraints", [])},
                      "system": system, "tools": tools}
-        found = first_control_string(protected, meters.get(spec).control_strings)
-        if found is not None:
-            loc, control = found
-            raise ControlTokenInText(
-                f"{'.'.join(map(str, loc))} spells {control!r}, a control token of profile {profile!r}; this text "
-                "is rendered verbatim, so it cannot be neutralised: reword it, or quote it in a user message "
-                "(where it is neutralised)", loc=list(loc),
-                control_string=control, profile=profile)
+        check_protected_text(profiles, meters, profile, protected)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
                      metadata=metadata, model=model, tenant_id=tenant_id)
     return session_id
+
+
+def check_protected_text(profiles: ProfileRegistry, meters: MeterRegistry, profile: str,
+                         protected: dict[str, Any]) -> None:
+    """Refuse operator text rendered verbatim (``protected``: field -> text or nested
+    values) that spells a control string of ``profile`` (TokenMeter.control_strings).
+
+    Raises ControlTokenInText (422; ``loc`` names the field, e.g. ``["system"]``)."""
+    found = first_control_string(protected, meters.get(profiles.get(profile)).control_strings)
+    if found is not None:
+        loc, control = found
+        raise ControlTokenInText(
+            f"{'.'.join(map(str, loc))} spells {control!r}, a control token of profile {profile!r}; this text "
+            "is rendered verbatim, so it cannot be neutralised: reword it, or quote it in a user message "
+            "(where it is neutralised)", loc=list(loc),
+            control_string=control, profile=profile)
 
 
 def require_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> SessionRow:
@@ -211,6 +220,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                 raise InvalidEvent(f"event {index} ({event_id!r}): tool call id(s) {reused} already used in this session", **where)
             canonical = {"role": body["role"], "content": body.get("content", ""), "reasoning": body.get("reasoning"),
                          "tool_calls": body.get("tool_calls") or []}
+            if body.get("thinking"):  # kept behind the handle too (absent otherwise: earlier handles unchanged)
+                body["thinking"] = canonical["thinking"] = [{k: v for k, v in b.items() if v is not None}
+                                                            for b in body["thinking"]]
             data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
                                     **where)
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)

@@ -29,6 +29,7 @@ from app.domain.types import (
     ObligationEvent,
     Session,
     StepEvent,
+    ThinkingBlock,
     ToolCall,
     ToolResultEvent,
 )
@@ -329,6 +330,7 @@ def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
             tool_calls=tuple(ToolCall(c["call_id"], c["name"], c["arguments"]) for c in body.get("tool_calls") or []),
             at=at,
             redactions=tuple(body.get("redactions") or ()),
+            thinking=tuple(thinking_from_json(b) for b in body.get("thinking") or ()),
         )
     if row.kind == "tool_result":
         binding = body.get("binding")
@@ -349,6 +351,14 @@ def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
         return ObligationEvent(seq=row.seq, event_id=row.event_id, key=body["key"], text=body["text"],
                                status=body["status"])
     return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"], at=at)
+
+
+def thinking_from_json(data: dict[str, Any]) -> ThinkingBlock:
+    """A stored Anthropic thinking block (``{"type", "thinking", "signature"}`` or
+    ``{"type": "redacted_thinking", "data"}``) as a domain value."""
+    if data.get("type") == "redacted_thinking":
+        return ThinkingBlock(kind="redacted_thinking", text=str(data.get("data", "")))
+    return ThinkingBlock(kind="thinking", text=str(data.get("thinking", "")), signature=data.get("signature"))
 
 
 def binding_from_json(data: dict[str, Any]) -> Binding:

@@ -89,6 +89,22 @@ class EventRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class MessagePositionRow(Base):
+    """One row per provider message posted through ``POST /v1/sessions/{id}/messages``
+    (issue 14, migration 0011_message_positions): its ``position`` in the session's message
+    stream (-1: the Anthropic top-level system prompt), the sha256 of what it mapped to
+    (``app.wire.inbound.MappedMessage.fingerprint``: a re-post there is a no-op when equal,
+    409 otherwise) and the seqs of the events it became (none for instructions)."""
+
+    __tablename__ = "message_positions"
+
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    sha256: Mapped[str] = mapped_column(String(64))
+    seqs: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ToolCallRow(Base):
     """One row per tool call declared by an assistant message: the seq of that message and,
     once posted, the seq of its one result. The primary key (session_id, call_id) makes a

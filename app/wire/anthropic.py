@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from app.domain.layout import Conversation, LeafMessage, tool_arguments
+from app.domain.types import ThinkingBlock
 from app.wire.ids import mapped_id
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -60,6 +61,15 @@ def _tools(conversation: Conversation) -> list[dict[str, Any]]:
     return out
 
 
+def thinking_block(block: ThinkingBlock) -> dict[str, Any]:
+    """The Messages API block of a thinking block as it was posted: ``{"type": "thinking",
+    "thinking", "signature"}`` or ``{"type": "redacted_thinking", "data"}`` (byte for byte:
+    the API verifies the signature of the thinking blocks sent back in a tool-use loop)."""
+    if block.kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.text}
+    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+
+
 def _blocks(m: LeafMessage) -> tuple[str, tuple[dict[str, Any], ...]]:
     """The role and content blocks one leaf message contributes, built once per message
     (kept in ``m.memo``; read-only: ``serialize`` copies what it changes)."""
@@ -67,6 +77,8 @@ def _blocks(m: LeafMessage) -> tuple[str, tuple[dict[str, Any], ...]]:
     if found is None:
         blocks: list[dict[str, Any]] = []
         if m.role == "assistant":
+            # thinking first, exactly as posted: the API checks each block's signature
+            blocks.extend(thinking_block(t) for t in m.thinking)
             if m.content.strip():
                 blocks.append({"type": "text", "text": m.content})
             for c in m.tool_calls:
@@ -77,6 +89,8 @@ def _blocks(m: LeafMessage) -> tuple[str, tuple[dict[str, Any], ...]]:
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id(m.call_id or "")}
             if m.content:
                 block["content"] = m.content
+            if m.is_error:
+                block["is_error"] = True
             blocks.append(block)
             role = "user"
         else:

@@ -33,6 +33,8 @@ def _message(m: LeafMessage) -> tuple[dict[str, Any], bytes | None]:
         out: dict[str, Any]
         if m.role == "assistant":
             out = {"role": "assistant", "content": m.content}
+            if m.reasoning:  # only under a profile with render_reasoning, which counts it as sent
+                out["reasoning_content"] = m.reasoning
             if m.tool_calls:
                 out["tool_calls"] = [
                     {"id": tool_call_id(c.call_id), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
@@ -19,12 +19,16 @@ from app.api.schemas import (
     EventBatchOut,
     ManifestList,
     ManifestOut,
+    MessageBatch,
+    MessageBatchOut,
     PreconditionIn,
     PreconditionOut,
     SessionCreate,
     SessionCreated,
     SessionOut,
+    validated_messages,
 )
+from app.services import messages as message_service
 from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
@@ -32,6 +36,7 @@ from app.services import summarizer as summarizer_service
 from app.services import tenancy as tenancy_service
 from app.services.memo import AssemblyMemo
 from app.store.db import read_only
+from app.wire.inbound import map_messages
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
@@ -71,15 +76,48 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
         out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes,
                                             redact=settings.redact_secrets)
         tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
-    handles = sorted(set(out.pop("new_tool_outputs")))
+    _after_ingest(request, background, uow, profiles, meters, memo, session_id, out.pop("new_tool_outputs"),
+                  created=any(r["status"] == "created" for r in out["results"]))
+    return EventBatchOut(**out)
+
+
+def _after_ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: Profiles, meters: Meters,
+                  memo: AssemblyMemo, session_id: str, new_outputs: list[str], *, created: bool) -> None:
+    """The work after a POST that appended events, run after the response: the new tool
+    outputs' token counts and, when configured, the model-written record."""
+    handles = sorted(set(new_outputs))
     if handles:
         background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
     state = request.app.state
-    if state.summarizer is not None and any(r["status"] == "created" for r in out["results"]):
+    if state.summarizer is not None and created:
         # the optional model-written record: after the response, never inside a GET (issue 10 item 6)
         background.add_task(summarizer_service.summarize_after_post, uow, state.summarizer_http, state.summarizer,
                             state.summaries, session_id)
-    return EventBatchOut(**out)
+
+
+@router.post("/sessions/{session_id}/messages", response_model=MessageBatchOut,
+             responses=documented(400, 404, 409, 413))
+def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: Uow, profiles: Profiles,
+                  meters: Meters, memo: Memo, background: BackgroundTasks, caller: Caller,
+                  format: Annotated[Literal["openai", "anthropic"], Query(
+                      description="the messages' format: openai (chat completions) or anthropic (Messages API)")]
+                  = "openai") -> MessageBatchOut:
+    """Append provider messages exactly as the SDK returns them (README "Provider
+    messages"): each maps to events (or to the session's instructions) at its position in
+    the session's message stream. Re-posting the whole history every turn is safe: a
+    message at a known position is a no-op when equal and 409 when changed. One
+    transaction; bad input is 422 and stores nothing."""
+    settings = request.app.state.settings
+    mapped = validated_messages(map_messages(batch.messages, fmt=format, start=batch.start, system=batch.system),
+                                start=batch.start, max_instructions_chars=settings.max_string_chars)
+    with uow() as db:
+        out = message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
+                                              meters=meters, max_payload_bytes=settings.max_payload_bytes,
+                                              redact=settings.redact_secrets)
+        tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
+    _after_ingest(request, background, uow, profiles, meters, memo, session_id, out.pop("new_tool_outputs"),
+                  created=any(r["status"] == "created" for r in out["messages"]))
+    return MessageBatchOut(**out)
 
 
 def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, memo: AssemblyMemo, session_id: str,
