@@ -92,6 +92,13 @@ class Settings(BaseSettings):
         "most summarizer requests per candidate (older evidence beyond them is left to the host record)"))
     summarizer_output_tokens: int = Field(default=4096, ge=256, description=(
         "`max_tokens` of each summarizer request"))
+    ui_session_seconds: int = Field(default=900, ge=30, le=7 * 24 * 3600, description=(
+        "lifetime of the inspector's (/ui) session cookie, in seconds, when API keys are required: the page asks "
+        "for a key once, then keeps a signed, HttpOnly, SameSite=Strict cookie naming the key (never the key "
+        "itself); a revoked key ends it at once"))
+    ui_secret: str = Field(default="", description=(
+        "secret that signs the inspector's session cookies (set it when several workers serve /ui, so that "
+        "a cookie one signed the others accept); empty: a random one per process (cookies end at restart)"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
 
