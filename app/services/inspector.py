@@ -39,7 +39,7 @@ from app.store.db import core_read, read_only
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 
-CALLS_SHOWN = 60  # the newest calls (manifests) the page charts
+CALLS_SHOWN = 200  # the newest calls (manifests) the page charts
 EVENTS_SHOWN = 200  # events per timeline page
 EXCERPT_CHARS = 240  # characters of an event's text on the timeline
 ROLES = ("system", "tools", "task_state", "observations")
@@ -203,7 +203,7 @@ def session_page(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, m
                  events_before: int | None = None, calls_shown: int = CALLS_SHOWN) -> dict[str, Any]:
     """Everything the session page shows (module docstring), from stored state only (no
     request is assembled): ``session`` (GET /v1/sessions/{id}), ``calls`` (the newest
-    ``calls_shown``, oldest first: :func:`call_row`), ``latest`` (the newest call),
+    ``calls_shown``, oldest first: :func:`call_row`) of ``calls_total``, ``latest`` (the newest call),
     ``last_break`` (the newest call whose prefix broke), ``selected`` (the call shown in
     detail: ``manifest_id``, default the newest) with ``request`` (:func:`request_view`),
     ``timeline``, ``record`` (GET .../record) and ``invalidation`` (rows and states).
@@ -236,6 +236,7 @@ def session_page(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, m
         "session": session,
         "profile": session["profile"],
         "calls": calls,
+        "calls_total": first_number + len(newest),
         "latest": calls[-1] if calls else None,
         "last_break": next((c for c in reversed(calls) if c["divergence"]), None),
         "selected": selected,
