@@ -71,7 +71,7 @@ def call_row(number: int, manifest: Mapping[str, Any]) -> dict[str, Any]:
     ``id``, ``format``, ``last_seq``, ``total`` tokens, ``by_role`` and ``by_zone``
     (tokens), ``input_limit`` (eq. 1), ``t_hi`` / ``t_lo`` (eq. 3; None when the manifest
     has no select report: ``t_lo`` is then the budget's eviction target), ``pass`` (a
-    compaction pass ran), ``cached`` (predicted cached tokens), ``extends`` (the request
+    compaction pass ran; ``record``: the trunk's record, its ``tokens`` and ``fold_seq``), ``cached`` (predicted cached tokens), ``extends`` (the request
     extends the previous one), ``divergence`` (its JSON) and ``broke`` (in words)."""
     budget = manifest.get("budget") or {}
     compaction = manifest.get("compaction") or {}
@@ -86,7 +86,7 @@ def call_row(number: int, manifest: Mapping[str, Any]) -> dict[str, Any]:
         "by_zone": {z: int((tokens.get("by_zone") or {}).get(z, 0)) for z in ZONE_NAMES},
         "input_limit": int(budget.get("input_limit", 0)),
         "t_hi": watermarks.get("t_hi"), "t_lo": watermarks.get("t_lo", budget.get("t_lo")),
-        "pass": bool(compaction.get("pass")), "passes": compaction.get("passes"),
+        "pass": bool(compaction.get("pass")), "passes": compaction.get("passes"), "record": compaction.get("record"),
         "cached": cache.get("predicted_cached_tokens"), "previous_tokens": cache.get("previous_tokens"),
         "extends": bool(cache.get("extends_previous")), "divergence": divergence,
         "broke": divergence_text(divergence),

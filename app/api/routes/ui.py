@@ -54,7 +54,7 @@ MAX_LOGIN_BODY = 4096  # bytes of the login form (a key is 82 characters)
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
        "base-uri 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
-           "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
+           "Referrer-Policy": "same-origin", "X-Frame-Options": "DENY"}
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                           trim_blocks=True, lstrip_blocks=True)
@@ -93,7 +93,13 @@ def thousands(value: Any) -> str:
     return f"{value:,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
 
 
+def when(value: Any) -> str:
+    """An ISO 8601 time to the second (``2026-12-01 07:27:14``)."""
+    return str(value or "")[:19].replace("T", " ")
+
+
 _env.filters["n"] = thousands
+_env.filters["when"] = when
 _env.globals.update(roles=inspector.ROLES, bar_scale=bar_scale, bar_of=bar_of)
 
 
