@@ -19,7 +19,7 @@ Another tenant's session is SessionNotFound, word for word as an absent one (as 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session as OrmSession
@@ -28,8 +28,15 @@ from sqlalchemy.orm import sessionmaker
 from app.domain.errors import ManifestNotFound
 from app.domain.invalidation import HISTORICAL, build_graph
 from app.domain.tenancy import Principal
-from app.domain.types import (ArtifactWriteEvent, Event, HypothesisEvent, MessageEvent, ObligationEvent, StepEvent,
-                              ToolResultEvent)
+from app.domain.types import (
+    ArtifactWriteEvent,
+    Event,
+    HypothesisEvent,
+    MessageEvent,
+    ObligationEvent,
+    StepEvent,
+    ToolResultEvent,
+)
 from app.services import requests as request_service
 from app.services import sessions as session_service
 from app.services import tenancy as tenancy_service
@@ -102,7 +109,8 @@ def event_row(event: Event) -> dict[str, Any]:
     """One line of the timeline: ``seq``, ``event_id``, ``kind``, ``label`` (role, call id,
     artifact, key), ``text`` (an excerpt of the event's text), ``handle`` (the payload
     behind it, when stored whole) and ``at`` (ISO 8601, when known)."""
-    label, text, handle = event.kind, "", None
+    label: str = event.kind
+    text, handle = "", None
     if isinstance(event, MessageEvent):
         label = event.role
         calls = "; ".join(f"{c.name}({c.arguments})" for c in event.tool_calls)
@@ -120,7 +128,7 @@ def event_row(event: Event) -> dict[str, Any]:
     at = getattr(event, "at", None)
     return {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "label": label,
             "text": _excerpt(text), "handle": handle,
-            "at": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds") if at is not None else None}
+            "at": datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds") if at is not None else None}
 
 
 def timeline(events: Sequence[Event], calls: Sequence[Mapping[str, Any]], *,
@@ -147,11 +155,11 @@ def invalidation_table(events: Sequence[Event]) -> list[dict[str, Any]]:
     ``event_id`` of the change, and ``withdrawn``: the observations it made historical
     (``seq``, ``call_id``, ``handle``, ``read``: what they had read, ``path@rN``)."""
     graph = build_graph(events)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for artifact in sorted(graph.changes):
         for change in graph.changes[artifact]:
             marked = graph.marked_by(change)
-            withdrawn = []
+            withdrawn: list[dict[str, Any]] = []
             for seq in marked:
                 node = graph.observations[seq]
                 reads = [f"{b.artifact}@r{b.revision}" + (f" lines {b.range}" if b.range else "")

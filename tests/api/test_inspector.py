@@ -60,7 +60,7 @@ def text(markup: str) -> str:
 
 
 def section(markup: str, name: str) -> str:
-    found = re.search(rf'<section id="{name}"[^>]*>(.*?)</section>', markup, re.S)
+    found = re.search(rf'<section id="{name}"[^>]*>(.*?)</section>', markup, re.DOTALL)
     assert found, f"no section {name}"
     return found.group(1)
 
@@ -145,7 +145,7 @@ def test_record_and_invalidation_match_the_api(replayed: tuple[TestClient, str, 
     page = client.get(f"/ui/sessions/{sid}").text
     record = client.get(f"/v1/sessions/{sid}/record").json()
     assert record["passes"] >= 1
-    shown = re.search(r'<pre class="record">(.*?)</pre>', section(page, "record"), re.S).group(1)
+    shown = re.search(r'<pre class="record">(.*?)</pre>', section(page, "record"), re.DOTALL).group(1)
     assert html.unescape(shown) == record["text"]
     rec = record["record"]
     assert f"{record['passes']} compaction passes so far · folded up to seq {rec['fold_seq']}" in text(page)
@@ -161,15 +161,16 @@ def test_record_and_invalidation_match_the_api(replayed: tuple[TestClient, str, 
         expected.append((html.escape(f"{artifact}@r{revision[artifact]}"), "write", str(seq)))
     assert [r for r in rows if r[1] == "write"] == expected
     states = re.search(r"Observations by state: ([^<]*)</p>", graph).group(1)
-    counts = dict((k, int(n)) for k, n in re.findall(r"(\w+) (\d+)", states))
+    counts = {k: int(n) for k, n in re.findall(r"(\w+) (\d+)", states)}
     assert sum(counts.values()) == sum(e["kind"] == "tool_result" for e in posted_events(client, sid))
     assert counts["historical"] >= 1  # pydicom/config.py@r1 withdrew the reads of r0
 
 
 def posted_events(client: TestClient, sid: str) -> list[dict[str, Any]]:
     """The session's events as stored (kind, seq, artifact), read from the database."""
-    from app.store.tables import EventRow
     from sqlalchemy import select
+
+    from app.store.tables import EventRow
 
     with read_only(client.app.state.read_factory) as db:  # type: ignore[attr-defined]
         rows = db.execute(select(EventRow.seq, EventRow.kind, EventRow.body).where(EventRow.session_id == sid)
@@ -198,7 +199,7 @@ def test_invalidation_example_tombstone_break(client: TestClient) -> None:
     assert f"Prefix break: first divergence at token {d['token_offset']:,} in the leaf (event seq 2) because " \
            f"{d['reason']}." in text(section(page, "latest"))
     handle = hashlib.sha256(b"timeout: 30\n").hexdigest()
-    historical = re.search(r'<h3 id="historical">(.*?)</table>', page, re.S).group(1)
+    historical = re.search(r'<h3 id="historical">(.*?)</table>', page, re.DOTALL).group(1)
     assert "Historical observations (1)" in text(historical) and f"/ui/sessions/{sid}/handles/{handle}" in historical
     assert "tombstone" in text(historical) and "superseded by config.yaml@r1" in text(historical)
     graph = text(section(page, "invalidation"))
@@ -216,7 +217,7 @@ def test_handle_links_read_the_payloads(replayed: tuple[TestClient, str, int]) -
         raw = client.get(f"/v1/sessions/{sid}/handles/{h}").content
         got = client.get(link)
         assert got.status_code == 200
-        shown = re.search(r'<pre class="payload">(.*?)</pre>', got.text, re.S).group(1)
+        shown = re.search(r'<pre class="payload">(.*?)</pre>', got.text, re.DOTALL).group(1)
         assert html.unescape(shown) == raw.decode("utf-8")
     assert client.get(f"/ui/sessions/{sid}/handles/{'0' * 64}").status_code == 404
 

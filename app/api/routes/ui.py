@@ -64,7 +64,7 @@ BAR_WIDTH = 360  # pixels of a call's occupancy bar at the largest input_limit s
 
 def bar_scale(calls: list[dict[str, Any]]) -> int:
     """Tokens at the bars' full width: the largest input_limit (or request) among ``calls``."""
-    return max([1, *(c["input_limit"] for c in calls), *(c["total"] for c in calls)])
+    return max([1, *(int(c["input_limit"]) for c in calls), *(int(c["total"]) for c in calls)])
 
 
 def bar_of(call: dict[str, Any], scale: int, width: int = BAR_WIDTH) -> dict[str, Any]:
@@ -111,8 +111,7 @@ def install(app: FastAPI, settings: Settings) -> None:
 
 
 def _page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
-    response = templates.TemplateResponse(request, name, context, status_code=status, headers=HEADERS)
-    return response  # type: ignore[return-value]
+    return templates.TemplateResponse(request, name, context, status_code=status, headers=HEADERS)
 
 
 def _keys_required(request: Request) -> bool:
@@ -237,7 +236,7 @@ async def login(request: Request) -> Response:
     body = await request.body()
     form = parse_qs(body[:MAX_LOGIN_BODY].decode("utf-8", "replace"), max_num_fields=4)
     key = (form.get("key") or [""])[0].strip()
-    target = _safe_next((form.get("next") or [None])[0])
+    target = _safe_next((form.get("next") or [""])[0])
     if not _keys_required(request):
         return RedirectResponse(target, status_code=303, headers=HEADERS)
     app = request.app
