@@ -32,7 +32,7 @@ from tests.api.test_invalidation_api import bash, write
 from tests.replayed import replay_trace
 
 TRACE = "pydicom__pydicom-901__chat.traj.json"
-XSS = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">\"'&"
+XSS = "</pre></div></td><script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">\"'&"
 
 
 class _Text(HTMLParser):

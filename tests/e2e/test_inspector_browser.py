@@ -33,7 +33,7 @@ CHROMIUM = os.environ.get("CTXD_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TRACE = "pydicom__pydicom-901__chat.traj.json"
-XSS = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+XSS = "</pre></div></td><script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
 
 pytestmark = pytest.mark.skipif(not (Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)),
                                 reason=f"no Chromium at {CHROMIUM} (Debian package `chromium`; .ci/run installs it)")
