@@ -5,25 +5,36 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from datetime import datetime
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
+from app.domain.errors import (
+    ControlTokenInText,
+    EventConflict,
+    InvalidEvent,
+    PayloadTooLarge,
+    SessionNotFound,
+    UnknownProfile,
+)
 from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
+from app.domain.recall import searchable_texts
 from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
-from app.store import repository as repo
-from app.store.tenancy import own_payload
+from app.observability import metrics
 from app.services import redaction
+from app.store import repository as repo
+from app.store import search as search_store
+from app.store.db import after_commit
 from app.store.tables import ArtifactRow, SessionRow, utcnow
+from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
-from app.observability import metrics
 
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
@@ -172,7 +183,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     new_calls: dict[str, list[Any]] = {}  # call id -> [call seq, result seq | None], inserted at the end
     answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
     new_outputs: list[str] = []  # handles of the tool outputs this batch stored
+    texts: list[tuple[int, str, str]] = []  # (seq, field, text) to index for search (issue 14 item 3)
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
+    appended: dict[str, int] = {}  # events created by kind, and the kinds of secrets redacted: counted
+    redacted: list[str] = []       # in the metrics once the batch is committed (never a rolled-back one)
     results: list[dict[str, Any]] = []
     seq = row.last_seq
     for index, event in enumerate(events):
@@ -190,6 +204,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             continue
         body = {k: v for k, v in event.items() if k not in ("event_id", "kind")}
         revision = None
+        rendered: str | None = None  # a tool result's text as requests render it (its redacted view)
         if kind == "message":
             reused = [c["call_id"] for c in body.get("tool_calls") or [] if c["call_id"] in calls]
             if reused:
@@ -202,6 +217,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             if redact and (kinds := redaction.redact_event(body)):
                 body["redactions"] = list(kinds)
+                redacted += kinds
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -220,6 +236,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            rendered = done.text if done is not None and done.changed else data.decode("utf-8")
+            if done is not None:
+                redacted += done.kinds
             if done is not None and done.changed:
                 body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
                 body["redactions"] = list(done.kinds)
@@ -236,14 +255,24 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                                    f"session (earlier seqs are 1..{seq})", depends_on=unknown, **where)
         seq += 1
         repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
+        texts.extend((seq, field, text) for field, text in searchable_texts(kind, body, rendered))
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
-        metrics.EVENTS_APPENDED.labels(kind).inc()
+        appended[kind] = appended.get(kind, 0) + 1
     repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
     repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
+    search_store.add_event_texts(db, session_id, texts)
+    if appended or redacted:
+        after_commit(db, lambda: _count_ingested(appended, redacted))
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+def _count_ingested(appended: dict[str, int], redacted: Sequence[str]) -> None:
+    for kind, n in appended.items():
+        metrics.EVENTS_APPENDED.labels(kind).inc(n)
+    redaction.count_redactions(redacted)
 
 
 def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
@@ -281,13 +310,13 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
         if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
             entry["fetched_at"] = utcnow().timestamp()
         elif isinstance(entry.get("fetched_at"), str):
-            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"].replace("Z", "+00:00")).timestamp()
+            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"]).timestamp()
 
 
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority
 
 
-def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
+def count_payload_tokens(uow: Callable[[], AbstractContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
                          session_id: str, handles: Sequence[str]) -> tuple[str, dict[str, int]]:
     """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
     store each count beside its payload (``payloads.token_counts``), once per payload and
