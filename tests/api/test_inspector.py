@@ -148,7 +148,7 @@ def test_record_and_invalidation_match_the_api(replayed: tuple[TestClient, str, 
     shown = re.search(r'<pre class="record">(.*?)</pre>', section(page, "record"), re.DOTALL).group(1)
     assert html.unescape(shown) == record["text"]
     rec = record["record"]
-    assert f"{record['passes']} compaction passes so far · folded up to seq {rec['fold_seq']}" in text(page)
+    assert f"compaction passes so far: {record['passes']} · folded up to seq {rec['fold_seq']} · {rec['tokens']:,} tokens" in text(page)
     # every write the replay posted is a change of the graph, in order (path@rN, N counting the writes)
     graph = section(page, "invalidation")
     rows = re.findall(r"<tr><td><code>([^<]+)</code></td><td>(\w+)</td><td class=\"num\">(\d+)</td>", graph)
