@@ -66,6 +66,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # the app decides whether API keys are required (CTXD_AUTH=auto) from the bind address
     os.environ["CTXD_HOST"] = args.host
+    if not settings.ui_secret:  # one inspector cookie secret for all the workers of this start (issue 15)
+        import secrets
+
+        os.environ["CTXD_UI_SECRET"] = secrets.token_urlsafe(32)
     # Prometheus multiprocess mode: every worker writes its samples to files in this
     # directory (emptied now: counters of an earlier run must not be summed) and /metrics
     # sums them (app/observability/metrics.py). Workers inherit the variable.

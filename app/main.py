@@ -150,6 +150,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tenancy_routes.router)
     app.include_router(recall_routes.router)
     app.include_router(ops.router)
+    from app.api.routes import ui
+
+    ui.install(app, settings)  # the inspector pages under /ui (issue 15)
     from app.api.auth import AuthMiddleware
 
     app.add_middleware(AuthMiddleware)  # API keys, tenant scope, rate limits: before any body is read

@@ -97,6 +97,13 @@ class Settings(BaseSettings):
         "SQLite: a file lock beside the database) so concurrent starters never race; false: only `ctxd migrate` "
         "migrates (a one-shot job) and ctxd refuses to start while the schema is behind, naming the current and head "
         "revisions"))
+    ui_session_seconds: int = Field(default=900, ge=30, le=7 * 24 * 3600, description=(
+        "lifetime of the inspector's (/ui) session cookie, in seconds, when API keys are required: the page asks "
+        "for a key once, then keeps a signed, HttpOnly, SameSite=Strict cookie naming the key (never the key "
+        "itself); a revoked key ends it at once"))
+    ui_secret: str = Field(default="", description=(
+        "secret that signs the inspector's session cookies; empty: a random one per start (`ctxd serve` shares it "
+        "with its --workers; cookies end at restart). Set it when several hosts serve /ui behind one address"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
     log_format: Literal["auto", "json", "console"] = Field(default="auto", description=(

@@ -94,6 +94,19 @@ def authenticate(db: OrmSession, authorization: str | None) -> Principal:
     return Principal(tenant_id=row.tenant_id, key_id=key_id)
 
 
+def principal_of_key(db: OrmSession, key_id: str, tenant_id: str) -> Principal:
+    """The principal of an already authenticated key (the inspector's session cookie names
+    the key id and tenant, never the secret), while that key is still active.
+
+    Raises:
+        Unauthorized: the key is unknown, revoked, or now of another tenant.
+    """
+    row = store.get_key(db, key_id)
+    if row is None or row.revoked_at is not None or row.tenant_id != tenant_id:
+        raise Unauthorized("the API key of this session is no longer valid (revoked or deleted)")
+    return Principal(tenant_id=row.tenant_id, key_id=key_id)
+
+
 def _absent(session_id: str) -> SessionNotFound:
     return SessionNotFound(f"no session {session_id!r}", session_id=session_id)
 

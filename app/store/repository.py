@@ -509,6 +509,42 @@ def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: in
             for r in db.execute(query.order_by(ManifestRow.id.desc()).limit(limit))]
 
 
+def load_manifests(db: Db, session_id: str, manifest_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """The stored manifests ``manifest_ids`` of ``session_id`` as JSON (with ``id``), each
+    rebuilt once: the rows from the oldest keyframe they need on are read in one statement
+    and decoded in id order, every delta applied to its base's already rebuilt JSON (so N
+    manifests cost one pass over at most N + ``KEYFRAME_EVERY`` rows, not N chains).
+    Ids that are absent or another session's are left out."""
+    wanted = set(manifest_ids)
+    if not wanted:
+        return {}
+    heads = db.execute(select(ManifestRow.id, ManifestRow.keyframe_id, ManifestRow.base_id)
+                       .where(ManifestRow.session_id == session_id, ManifestRow.id.in_(sorted(wanted)))).all()
+    if not heads:
+        return {}
+    start = min(k if k is not None else (b if b is not None else i) for i, k, b in heads)
+    rebuilt: dict[int, Any] = {}
+    for row in db.execute(select(ManifestRow.id, ManifestRow.base_id, ManifestRow.manifest, ManifestRow.data)
+                          .where(ManifestRow.session_id == session_id, ManifestRow.id >= start,
+                                 ManifestRow.id <= max(wanted)).order_by(ManifestRow.id)):
+        stored = _unpack(row.data) if row.data is not None else row.manifest
+        if row.base_id is None:
+            rebuilt[row.id] = stored
+        elif row.base_id in rebuilt:
+            rebuilt[row.id] = delta.apply(rebuilt[row.base_id], stored)
+        else:  # its chain starts before ``start``: not one of those asked for (their chains are all read)
+            continue
+    return {i: rebuilt[i] | {"id": i} for i in sorted(wanted) if i in rebuilt}
+
+
+def count_manifests(db: Db, session_id: str, *, before_id: int | None = None) -> int:
+    """How many manifests the session has stored (with ids below ``before_id`` when given)."""
+    query = select(func.count()).select_from(ManifestRow).where(ManifestRow.session_id == session_id)
+    if before_id is not None:
+        query = query.where(ManifestRow.id < before_id)
+    return int(db.execute(query).scalar_one())
+
+
 def get_manifest(db: OrmSession, session_id: str, manifest_id: int) -> Manifest | None:
     """The stored manifest ``manifest_id`` of ``session_id`` exactly as it was served
     (None if absent or another session's)."""
