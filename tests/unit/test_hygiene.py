@@ -19,6 +19,6 @@ def test_ruff_finds_nothing() -> None:
     if exe is None:
         pytest.skip("ruff is not installed (pip install -e '.[test]')")
     done = subprocess.run([exe, "check", "--no-cache", "--output-format", "concise",
-                           "app", "tests", "loadtests", ".ci"],
+                           "app", "tests", "loadtests", "clients", ".ci"],
                           cwd=ROOT, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
