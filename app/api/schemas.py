@@ -104,20 +104,28 @@ class SessionCreate(Strict):
     @field_validator("metadata")
     @classmethod
     def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """``metadata.invalidation``: how superseded observations are shown (README
-        "Invalidation"): ``auto`` (default), ``tombstone`` or ``notice``."""
-        mode = value.get("invalidation", "auto")
-        if mode not in ("auto", "tombstone", "notice"):
-            raise ValueError(f"metadata.invalidation must be auto, tombstone or notice, not {mode!r}")
-        return value
+        return _invalidation_mode(value)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> "SessionCreate":
-        names = [t.function.name for t in self.tools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"tool names must be unique; repeated: {dupes}")
+        _unique_tool_names(self.tools)
         return self
+
+
+def _invalidation_mode(value: dict[str, Any]) -> dict[str, Any]:
+    """``metadata.invalidation``: how superseded observations are shown (README
+    "Invalidation"): ``auto`` (default), ``tombstone`` or ``notice``."""
+    mode = value.get("invalidation", "auto")
+    if mode not in ("auto", "tombstone", "notice"):
+        raise ValueError(f"metadata.invalidation must be auto, tombstone or notice, not {mode!r}")
+    return value
+
+
+def _unique_tool_names(tools: list[ToolDecl] | None) -> None:
+    names = [t.function.name for t in tools or []]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"tool names must be unique; repeated: {dupes}")
 
 
 class SessionCreated(BaseModel):
@@ -136,6 +144,38 @@ class SessionOut(BaseModel):
     last_seq: int
     artifacts: dict[str, int]
     created_at: str
+    parent: str | None = Field(default=None, description="the parent session of a child session (issue 16)")
+    children: list[str] = Field(default_factory=list, description="ids of this session's child sessions, oldest first")
+
+
+class ChildCreate(Strict):
+    """A child session for a sub-agent (issue 16 item 2): it inherits the parent's tenant
+    and constraints verbatim (ids, texts, contract version); ``goal`` is the sub-task.
+    System text, tools, profile and model default to the parent's."""
+
+    goal: Annotated[str, Field(min_length=1)]
+    system: Annotated[str, NoNul] | None = None
+    tools: list[ToolDecl] | None = None
+    profile: str | None = None
+    model: ModelName | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _invalidation_mode(value)
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> "ChildCreate":
+        _unique_tool_names(self.tools)
+        return self
+
+    @field_validator("goal")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a child's goal needs text other than whitespace")
+        return value
 
 
 class ToolCallIn(Strict):
@@ -239,7 +279,54 @@ class ObligationIn(Strict):
     status: Literal["open", "done", "dropped"] = "open"
 
 
-EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn, HypothesisIn, ObligationIn],
+class PlanIn(Strict):
+    """The agent's plan, whole (issue 16 item 1; seed 004 section 3.7): each plan event is a
+    new version (the server numbers them 1, 2, ... per session), appended to the leaf; a
+    pass folds the latest folded version into the progress record."""
+
+    event_id: EventId
+    kind: Literal["plan"]
+    text: Annotated[str, Field(min_length=1)]
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a plan needs text other than whitespace")
+        return value
+
+
+class DocumentIn(Strict):
+    """A retrieved document (issue 16 item 3; seed 004 section 3.1.2): placed next to the
+    instruction at the end of the leaf while current; a later document with the same
+    ``key`` replaces it."""
+
+    event_id: EventId
+    kind: Literal["document"]
+    key: NoteKey
+    source: Annotated[str, Field(min_length=1, max_length=2048), NoNul]
+    text: Annotated[str, Field(min_length=1)]
+
+
+class ConclusionIn(Strict):
+    """A sub-agent's conclusion, posted to its child session (issue 16 item 2): returned to
+    the parent session as one observation naming the child and the handle of the text. A
+    session without a parent refuses it (422)."""
+
+    event_id: EventId
+    kind: Literal["conclusion"]
+    text: Annotated[str, Field(min_length=1)]
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a conclusion needs text other than whitespace")
+        return value
+
+
+EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn, HypothesisIn, ObligationIn, PlanIn,
+                          DocumentIn, ConclusionIn],
                     Field(discriminator="kind")]
 
 
@@ -356,7 +443,8 @@ class ItemOut(Described):
 
     seq: int
     event_id: str
-    kind: Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation"]
+    kind: Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation", "plan", "document",
+                  "conclusion", "child_conclusion"]
     handle: str | None = None
     call_id: str | None = None
     bytes: int | None = Field(default=None, description="payload bytes (UTF-8) of a tool result")
