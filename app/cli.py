@@ -50,6 +50,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from app.observability.multiproc import fresh_multiprocess_dir
     from app.settings import Settings
 
     try:  # a bad CTXD_ variable is a usage error here, not a traceback from inside uvicorn
@@ -57,16 +58,39 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"error: invalid CTXD_ setting(s): {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.workers < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.reload and args.workers > 1:
+        print("error: --reload runs one process; leave out --workers", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # the app decides whether API keys are required (CTXD_AUTH=auto) from the bind address
     os.environ["CTXD_HOST"] = args.host
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        reload=args.reload,
-        log_level=settings.log_level,  # uvicorn's own loggers; ctxd's: app.observability.logs (one handler)
-    )
+    # Prometheus multiprocess mode: every worker writes its samples to files in this
+    # directory (emptied now: counters of an earlier run must not be summed) and /metrics
+    # sums them (app/observability/metrics.py). Workers inherit the variable.
+    metrics_dir = fresh_multiprocess_dir()
+    from app.store.migrate import SchemaBehind, prepare_schema
+
+    try:  # once here, before the workers start (each then finds the schema at head)
+        prepare_schema(settings.effective_database_url, auto_migrate=settings.auto_migrate)
+    except SchemaBehind as exc:
+        metrics_dir.cleanup()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            reload=args.reload,
+            workers=args.workers,
+            timeout_graceful_shutdown=args.graceful_timeout,
+            log_level=settings.log_level,  # uvicorn's own loggers; ctxd's: app.observability.logs (one handler)
+        )
+    finally:
+        metrics_dir.cleanup()
     return EXIT_OK
 
 
@@ -101,10 +125,18 @@ def _version() -> str:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    """One-shot migration (a job run before the service starts, with CTXD_AUTO_MIGRATE=false
+    on the service): under the migration lock, so concurrent runs are safe."""
+    from app.settings import Settings
     from app.store.migrate import upgrade_head
 
-    upgrade_head()
-    print("database schema is at head")
+    settings = Settings()
+    before, after = upgrade_head(settings.effective_database_url)
+    rev = ", ".join(after)
+    if before == after:
+        print(f"database schema is at head ({rev}); nothing to do")
+    else:
+        print(f"database schema migrated from {', '.join(before) or '(empty)'} to head ({rev})")
     return EXIT_OK
 
 
@@ -339,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
     p.add_argument("--reload", action="store_true", help="reload on code changes (development)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes (uvicorn workers sharing the port; /metrics sums them all) "
+                        "(default: %(default)s)")
+    p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, stop accepting and let in-flight requests finish for up to this "
+                        "many seconds before they are cancelled (default: %(default)s)")
     p.set_defaults(handler=_cmd_serve)
 
     p = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")

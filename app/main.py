@@ -30,13 +30,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from app.services.memo import AssemblyMemo
         from app.store.db import make_engine, make_read_factory, make_session_factory
-        from app.store.migrate import upgrade_head
+        from app.store.migrate import prepare_schema
         from app.tokenizers.loading import MeterRegistry
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
 
         url = settings.effective_database_url
-        upgrade_head(url)
+        prepare_schema(url, auto_migrate=settings.auto_migrate)  # SchemaBehind: start-up fails, naming revisions
         engine = make_engine(url)
+        metrics.worker_started()
+        # sync routes and dependencies run in anyio's default thread pool (40 threads): size
+        # it to the database pool, so requests queue for a thread rather than for a connection
+        # (the pool's 30 s checkout timeout turned queued requests into 500s)
+        from anyio.to_thread import current_default_thread_limiter
+
+        from app.store.db import pool_capacity
+
+        current_default_thread_limiter().total_tokens = pool_capacity(engine)
         registry = ProfileRegistry(load_profiles(settings.profiles_path))
         token_cache = None
         if settings.redis_url:
@@ -76,10 +85,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             app.state.summarizer_http = httpx.Client()
 
+        app.state.tokenizer_error = None  # "<exception class>: <message>" when the load failed (/readyz)
+
         def warm() -> None:
             try:
                 meter_registry.get(registry.get(settings.default_profile))
-            except Exception:
+                metrics.TOKENIZER_READY.set(1)
+            except Exception as exc:
+                app.state.tokenizer_error = f"{type(exc).__name__}: {exc}"
                 log.exception("could not load the default profile's tokenizer")
             finally:
                 app.state.tokenizer_ready.set()
@@ -106,11 +119,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                  engine.url.render_as_string(hide_password=True), registry.names())
         try:
             yield
-        finally:
+        finally:  # after uvicorn let the in-flight requests finish (--graceful-timeout)
             stop_pruning.set()
             if app.state.summarizer_http is not None:
                 app.state.summarizer_http.close()
+            close = getattr(token_cache, "close", None)
+            if callable(close):
+                close()  # the Redis client of the segment cache
+            app.state.rate_limiter.close()
             engine.dispose()
+            metrics.worker_stopped()
+            log.info("ctxd stopped")
 
     app = FastAPI(
         title="ctxd",

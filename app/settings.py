@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         "most summarizer requests per candidate (older evidence beyond them is left to the host record)"))
     summarizer_output_tokens: int = Field(default=4096, ge=256, description=(
         "`max_tokens` of each summarizer request"))
+    auto_migrate: bool = Field(default=True, description=(
+        "migrate the database schema to the head revision at start-up, under a lock (PostgreSQL: an advisory lock; "
+        "SQLite: a file lock beside the database) so concurrent starters never race; false: only `ctxd migrate` "
+        "migrates (a one-shot job) and ctxd refuses to start while the schema is behind, naming the current and head "
+        "revisions"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
 

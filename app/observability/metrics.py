@@ -1,8 +1,21 @@
-"""Every Prometheus metric of ctxd, defined once (bounded label sets only)."""
+"""Every Prometheus metric of ctxd, defined once (bounded label sets only).
+
+Under ``ctxd serve`` the metrics are in multiprocess mode (app/observability/multiproc.py):
+counters and histograms are summed over the workers; each gauge names how its workers'
+values combine (``multiprocess_mode``; ``live*``: only workers still running count).
+:func:`exposition` is the text ``/metrics`` answers.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+from app.observability.multiproc import dead_worker_pids, multiprocess_dir
+
+__all__ = ["CONTENT_TYPE_LATEST", "exposition", "worker_started", "worker_stopped"]
 
 HTTP_REQUESTS = Counter(
     "ctxd_http_requests_total", "HTTP requests served.", ["method", "route", "status"]
@@ -51,3 +64,50 @@ RATE_LIMITED = Counter("ctxd_rate_limited_total", "Requests refused 429 by a ten
 RATE_LIMIT_ERRORS = Counter(
     "ctxd_rate_limit_errors_total", "Rate-limit checks that could not reach their storage (the request was admitted).")
 REDACTIONS = Counter("ctxd_redactions_total", "Secrets redacted at ingest, by kind.", ["kind"])
+# issue 13: the compaction and audit panels of deploy/grafana/dashboards/ctxd.json
+COMPACTION_PASSES = Counter(
+    "ctxd_compaction_passes_total",
+    "Moves of the cut saved with the layout state (eq. 3): compaction passes into the progress record under "
+    "select, evictions under window; counted after commit.", ["profile", "policy"],
+)
+AUDIT_REJECTIONS = Counter(
+    "ctxd_audit_rejections_total",
+    "Model-written progress-record candidates rejected by the audit (listing 2), by the first finding's kind "
+    "(lost, altered, missing_or_altered, no_evidence, contradicts_event, needs_current_evidence, schema, ...).",
+    ["kind"],
+)
+
+
+# issue 13: the process model
+WORKERS = Gauge("ctxd_workers", "Worker processes serving (1 per live worker, summed).", multiprocess_mode="livesum")
+TOKENIZER_READY = Gauge(
+    "ctxd_tokenizer_ready", "1 when the default profile's tokenizer is loaded; the minimum over live workers.",
+    multiprocess_mode="livemin")
+
+
+def worker_started() -> None:
+    """Count this process among the live workers (``ctxd_workers``), tokenizer not yet loaded."""
+    WORKERS.set(1)
+    TOKENIZER_READY.set(0)
+
+
+def worker_stopped() -> None:
+    """At a worker's shutdown: its live gauges no longer count (its counters still do)."""
+    WORKERS.set(0)
+    path = multiprocess_dir()
+    if path is not None:
+        multiprocess.mark_process_dead(os.getpid(), path)
+
+
+def exposition() -> bytes:
+    """The Prometheus text of every metric: in multiprocess mode the sum over all workers'
+    files (live gauges of workers that died without shutting down, e.g. killed, are removed
+    first), else this process's registry."""
+    path = multiprocess_dir()
+    if path is None:
+        return generate_latest()
+    for pid in dead_worker_pids(path):
+        multiprocess.mark_process_dead(pid, path)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)
+    return generate_latest(registry)

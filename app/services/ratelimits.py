@@ -56,3 +56,10 @@ class TenantRateLimiter:
     def reset(self) -> None:
         """Forget every count (tests)."""
         self.storage.reset()
+
+    def close(self) -> None:
+        """Close the Redis client of the counts, if any (at shutdown)."""
+        client = getattr(self.storage, "storage", None)  # limits' Redis storage keeps its client there
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()

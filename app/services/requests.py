@@ -364,7 +364,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                 continue
         manifest_bytes = orjson.dumps(saved.data | {"id": saved.id})
         memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=len(manifest_bytes))
-        _observe(profile, plan)
+        _observe(profile, plan, policy)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
                                 body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,
                                 manifest_bytes=manifest_bytes)
@@ -433,8 +433,12 @@ def _child(metric: Any, *labels: str) -> Any:
     return child
 
 
-def _observe(profile: Profile, plan: RequestPlan) -> None:
+def _observe(profile: Profile, plan: RequestPlan, policy: str) -> None:
+    """Count one saved request (after its commit): tokens and occupancy by role, predicted
+    reuse, segment-cache lookups, elided tokens, and a compaction pass when the cut moved."""
     m = plan.assembly.measurement
+    if plan.layout.passes > plan.loaded_layout.passes:
+        _child(metrics.COMPACTION_PASSES, profile.name, policy).inc(plan.layout.passes - plan.loaded_layout.passes)
     manifest, reuse = plan.manifest, plan.reuse
     fmt = manifest.format
     limit = plan.assembly.budget.input_limit

@@ -44,6 +44,7 @@ from app.domain.audit import (CANDIDATE_SCHEMA, audit_candidate, chunk_messages,
                               summarizer_chunks)
 from app.domain.compaction.evidence import Finding
 from app.domain.types import Contract, Event
+from app.observability import metrics
 
 log = logging.getLogger("ctxd")
 
@@ -201,6 +202,7 @@ def summarize_record(client: httpx.Client, config: SummarizerConfig, *, determin
                     if not findings:
                         record = answer
                         break
+                metrics.AUDIT_REJECTIONS.labels(findings[0].kind).inc()
                 rejections.append(findings)
             else:
                 return SummaryOutcome(fallback, "deterministic", requests, tuple(rejections), basis=basis)

@@ -31,6 +31,22 @@ def json_loads(text: str | bytes) -> Any:
 
 
 READ_ONLY = "ctxd_read_only"  # execution option of the read-only session factory's engine
+POOL_SIZE = 10  # connections kept open per process (each worker has its own pool)
+MAX_OVERFLOW = 10  # more connections opened under load, closed when returned
+
+
+def pool_capacity(engine: Engine) -> int:
+    """How many connections ``engine``'s pool hands out at once (size + overflow): the
+    thread pool of sync routes is sized to it (app/main.py), so a thread never waits for
+    a connection another thread of the same process holds."""
+    pool = engine.pool
+    size = getattr(pool, "size", None)
+    overflow = getattr(pool, "_max_overflow", 0)
+    if not callable(size):  # a pool without a bound (SQLite in memory: one connection per thread)
+        return POOL_SIZE + MAX_OVERFLOW
+    return int(size()) + max(0, int(overflow))
+
+
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -60,7 +76,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, **kwargs)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW, **kwargs)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[OrmSession]:

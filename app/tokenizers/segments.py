@@ -222,6 +222,10 @@ class RedisTokenCache:
     def fallback_count(self) -> int:
         return sum(self.fallbacks.values())
 
+    def close(self) -> None:
+        """Close the client's connections (at shutdown)."""
+        self.client.close()
+
     def _record(self, reason: str, exc: BaseException | None = None) -> None:
         with self._lock:
             self.fallbacks[reason] += 1

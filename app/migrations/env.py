@@ -1,4 +1,6 @@
-"""Alembic environment: the URL comes from the Config (see app/store/migrate.py)."""
+"""Alembic environment: the URL comes from the Config (see app/store/migrate.py); when the
+Config carries a ``connection`` attribute (the PostgreSQL connection holding the migration
+advisory lock) the migrations run on it."""
 
 from __future__ import annotations
 
@@ -19,6 +21,12 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    shared = config.attributes.get("connection")
+    if shared is not None:
+        context.configure(connection=shared, target_metadata=target_metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
     connectable = engine_from_config(config.get_section(config.config_ini_section, {}), prefix="sqlalchemy.",
                                      poolclass=pool.NullPool)
     with connectable.connect() as connection:
