@@ -205,7 +205,13 @@ def test_child_session_inherits_constraints_and_returns_one_conclusion(client: T
     child_body = get(client, child)["request"]
     for constraint in SESSION["contract"]["constraints"]:
         assert constraint["text"] in child_body["messages"][1]["content"], "constraints verbatim in the child"
-    # the child explores: none of it enters the parent
+    # the other direction (mastra-ai/mastra#13881: supervisor messages leaked into the sub-agent's
+    # thread): the child starts from its contract alone, none of the parent's events
+    assert "Rename deprecated_fn." not in json.dumps(child_body) and "util.py" not in json.dumps(child_body)
+    assert len(child_body["messages"]) == 2
+    # the child explores: none of it enters the parent (VoltAgent/voltagent#1026: a sub-agent's
+    # messages written into the parent's history as phantom turns; anthropics/claude-code#14118:
+    # a background sub-agent's tool calls exposed in the parent's context)
     assert post(client, child, assistant("ca", "cc", content="CHILD-REASONING grep"),
                 result("cr", "cc", "CHILD-OUTPUT a.py:3 b.py:9\n")).status_code == 200
     assert get(client, parent)["request"] == before["request"]
