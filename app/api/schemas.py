@@ -18,6 +18,16 @@ def _no_nul(value: str) -> str:
 
 
 NoNul = AfterValidator(_no_nul)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("needs text other than whitespace")
+    return value
+
+
+#: text that must hold something other than whitespace (a plan, a conclusion, a child's goal)
+NonBlank = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
 EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
@@ -90,7 +100,22 @@ class ToolDecl(BaseModel):
 ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
 
 
-class SessionCreate(Strict):
+class _SessionOptions(Strict):
+    """What a session create and a child create check alike: ``metadata.invalidation`` and
+    unique tool names."""
+
+    @field_validator("metadata", check_fields=False)
+    @classmethod
+    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _invalidation_mode(value)
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> "_SessionOptions":
+        _unique_tool_names(getattr(self, "tools", None))
+        return self
+
+
+class SessionCreate(_SessionOptions):
     profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
     model: ModelName | None = Field(default=None, description=(
         "the `model` of this session's request bodies in every format (openai, anthropic, tokens), e.g. the "
@@ -100,16 +125,6 @@ class SessionCreate(Strict):
     system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("metadata")
-    @classmethod
-    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _invalidation_mode(value)
-
-    @model_validator(mode="after")
-    def _unique_tools(self) -> "SessionCreate":
-        _unique_tool_names(self.tools)
-        return self
 
 
 def _invalidation_mode(value: dict[str, Any]) -> dict[str, Any]:
@@ -148,34 +163,18 @@ class SessionOut(BaseModel):
     children: list[str] = Field(default_factory=list, description="ids of this session's child sessions, oldest first")
 
 
-class ChildCreate(Strict):
+class ChildCreate(_SessionOptions):
     """A child session for a sub-agent (issue 16 item 2): it inherits the parent's tenant
     and constraints verbatim (ids, texts, contract version); ``goal`` is the sub-task.
     System text, tools, profile and model default to the parent's."""
 
-    goal: Annotated[str, Field(min_length=1)]
+    goal: NonBlank
     system: Annotated[str, NoNul] | None = None
     tools: list[ToolDecl] | None = None
     profile: str | None = None
     model: ModelName | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("metadata")
-    @classmethod
-    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _invalidation_mode(value)
-
-    @model_validator(mode="after")
-    def _unique_tools(self) -> "ChildCreate":
-        _unique_tool_names(self.tools)
-        return self
-
-    @field_validator("goal")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("a child's goal needs text other than whitespace")
-        return value
 
 
 class ToolCallIn(Strict):
@@ -286,14 +285,8 @@ class PlanIn(Strict):
 
     event_id: EventId
     kind: Literal["plan"]
-    text: Annotated[str, Field(min_length=1)]
+    text: NonBlank
 
-    @field_validator("text")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("a plan needs text other than whitespace")
-        return value
 
 
 class DocumentIn(Strict):
@@ -315,14 +308,8 @@ class ConclusionIn(Strict):
 
     event_id: EventId
     kind: Literal["conclusion"]
-    text: Annotated[str, Field(min_length=1)]
+    text: NonBlank
 
-    @field_validator("text")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("a conclusion needs text other than whitespace")
-        return value
 
 
 EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn, HypothesisIn, ObligationIn, PlanIn,
