@@ -236,6 +236,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             data = _checked_payload(body["text"].encode("utf-8"), max_payload_bytes, field="text", **where)
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            done = redaction.redact_payload(body["text"]) if redact else None
+            if done is not None and done.changed:  # as a message: redacted in requests, whole behind the handle
+                body["text"] = done.text
+                body["redactions"] = list(done.kinds)
             if kind == "plan":
                 plans = repo.plan_versions(db, session_id) if plans is None else plans
                 plans += 1

@@ -299,3 +299,23 @@ def test_every_format_serves_plans_documents_and_conclusions(client: TestClient,
     anthropic = get(client, sid, "anthropic")["request"]
     roles = [m["role"] for m in anthropic["messages"]]
     assert all(x != y for x, y in zip(roles, roles[1:])), "user and assistant alternate (consecutive users merged)"
+
+
+def test_secrets_in_plans_documents_and_conclusions_are_redacted_in_requests(client: TestClient) -> None:
+    """Issue 12's redaction applies to the new texts as to messages: redacted where they
+    enter requests (the parent's too), whole behind their handles."""
+    from tests.secret_corpus import GH_CLASSIC
+
+    sid = new_session(client)
+    child = client.post(f"/v1/sessions/{sid}/children", json={"goal": "look"}).json()["id"]
+    texts = {"p": f"1. rotate token {GH_CLASSIC}", "d": f"config: GITHUB_TOKEN={GH_CLASSIC}",
+             "c": f"found {GH_CLASSIC} in .env"}
+    assert post(client, sid, user("u", "Go."), plan("p", texts["p"]), document("d", "cfg", texts["d"])
+                ).status_code == 200
+    assert post(client, child, {"event_id": "c", "kind": "conclusion", "text": texts["c"]}).status_code == 200
+    got = get(client, sid)
+    assert GH_CLASSIC not in json.dumps(got["request"])
+    seen = {i["kind"]: i for i in got["manifest"]["items"]}
+    for kind, key in (("plan", "p"), ("document", "d"), ("child_conclusion", "c")):
+        handle = seen[kind]["handle"]
+        assert client.get(f"/v1/sessions/{sid}/handles/{handle}").content == texts[key].encode()
