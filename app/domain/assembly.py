@@ -525,8 +525,8 @@ def elision_note(dropped: Sequence[TurnGroup], sizes: Sizes, *,
     lines.extend(_group_line(group, sizes) for group in recent)
     plan = next((g.message for g in reversed(dropped) if g.message.kind == "plan"), None)
     if plan is not None:  # the scratchpad survives eviction (seed 001): its latest evicted version
-        lines += ["", f"Plan as of seq {plan.seq}, the latest version among the evicted turns (a later version below, "
-                      "if any, replaces it):", plan.content]
+        lines += ["", (f"Plan as of seq {plan.seq}, the latest version among the evicted turns (a later version "
+                       "below, if any, replaces it):"), plan.content]
     return "\n".join(lines), derived
 
 
@@ -829,7 +829,7 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
         else:
             item = Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
                         transforms=tuple(leaf_transforms(group)) if event is group.message else (),
-                        why=_LEAF_WHY.get(event.kind, "recent turn") + (
+                        why=_LEAF_WHY.get(group.message.kind, "recent turn") + (
                             " (calls awaiting a result are left out until it arrives)" if group.pending else ""))
         if placement == KEPT and event.seq in neutralised:  # the leaf's texts with control strings broken
             item = replace(item, transforms=(*item.transforms, neutralise_transform(neutralised[event.seq])))
@@ -1184,12 +1184,12 @@ def assemble_window(
                 kind = kind if fold is None else Representation.FOLDED
                 counts[kind] = counts.get(kind, 0) + 1
                 seqs.append(event.seq)
-        for event in side_events:
-            if event.seq < boundary:
-                kind = Representation.FOLDED if event.seq in folded_now else \
-                    Representation.NOT_RENDERED if isinstance(event, ConclusionEvent) else Representation.SUPERSEDED
+        for side in side_events:
+            if side.seq < boundary:
+                kind = Representation.FOLDED if side.seq in folded_now else \
+                    Representation.NOT_RENDERED if isinstance(side, ConclusionEvent) else Representation.SUPERSEDED
                 counts[kind] = counts.get(kind, 0) + 1
-                seqs.append(event.seq)
+                seqs.append(side.seq)
         results = [bounded[r.handle] for g in groups[:older] if g is not pinned_at for r in g.results]
         ranges.append(EventRange(
             seq_from=min(seqs), seq_to=max(seqs), events=len(seqs), representations=counts,

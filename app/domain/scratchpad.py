@@ -33,7 +33,8 @@ from app.domain.types import (
     PlanEvent,
 )
 
-__all__ = ["Documents", "LEAF_KINDS", "current_documents", "document_text", "leaf_message", "latest_plan"]
+__all__ = ["LEAF_KINDS", "Documents", "conclusions", "current_documents", "document_text", "latest_plan",
+           "leaf_message"]
 
 SHORT = 12  # hex chars of a handle printed in the request (the API resolves prefixes)
 

@@ -8,12 +8,20 @@ deleting a parent with children is refused)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import SESSION, assert_problem, assistant, new_session, post, result
+from tests.api.test_api import (
+    SESSION,
+    assert_problem,
+    assistant,
+    new_session,
+    post,
+    result,
+)
 from tests.api.test_budget_api import older_history, parallel_turn, results
 from tests.api.test_tenancy import app_client, two  # noqa: F401  (fixtures)
 
@@ -298,7 +306,7 @@ def test_every_format_serves_plans_documents_and_conclusions(client: TestClient,
     assert len(body["request"]["prompt_token_ids"]) == body["manifest"]["tokens"]["total"]
     anthropic = get(client, sid, "anthropic")["request"]
     roles = [m["role"] for m in anthropic["messages"]]
-    assert all(x != y for x, y in zip(roles, roles[1:])), "user and assistant alternate (consecutive users merged)"
+    assert all(x != y for x, y in itertools.pairwise(roles)), "user and assistant alternate (consecutive users merged)"
 
 
 def test_secrets_in_plans_documents_and_conclusions_are_redacted_in_requests(client: TestClient) -> None:

@@ -10,6 +10,7 @@ retrieved documents")."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,7 +143,7 @@ def test_plan_update_cache_effect_leaf_vs_trunk(sqlite_client: TestClient, qwen3
     calls = sorted(scenario.responses)
     rows = []
     totals = {"leaf": [0, 0], "trunk": [0, 0]}
-    for prev, cur in zip(calls, calls[1:]):
+    for prev, cur in itertools.pairwise(calls):
         if cur not in scenario.plan_calls or scenario.plan_calls.index(cur) == 0:
             continue
         row: dict[str, Any] = {"call": cur}

@@ -483,8 +483,8 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
         lines += ["", "## Artifacts (path@revision as of the fold)"]
         lines.append(", ".join(f"{a.path}@r{a.revision}" + (" (written)" if a.written else "") for a in record.artifacts))
     if record.plan:
-        lines += ["", f"## Plan (version {record.plan[1]}, seq {record.plan[0]}; the agent's own, verbatim; a later "
-                      "version in the turns below replaces it)", record.plan[2]]
+        lines += ["", (f"## Plan (version {record.plan[1]}, seq {record.plan[0]}; the agent's own, verbatim; a "
+                       "later version in the turns below replaces it)"), record.plan[2]]
     if record.hypotheses:
         lines += ["", "## Hypotheses"] + [f"- [{h.key}] ({h.status}, seq {h.seq}) {h.text}" for h in record.hypotheses]
     if record.obligations:

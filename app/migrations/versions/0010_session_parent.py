@@ -9,8 +9,8 @@ for every existing session: none has a parent). Issue 16 item 2: ``POST
 refused (409), so the link never dangles. Downgrade drops it. Runs on SQLite (batch mode)
 and PostgreSQL.
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0010_session_parent"
 down_revision = "0009_progress_record"
