@@ -173,3 +173,26 @@ def test_plan_update_cache_effect_leaf_vs_trunk(sqlite_client: TestClient, qwen3
     assert lc > tc and lt - lc < tt - tc, "appending the plan keeps more of the prefix cached"
     for row in rows:  # the leaf layout keeps everything before the plan; the trunk one breaks inside the trunk
         assert row["leaf"][3] > row["trunk"][3]
+
+
+def test_eval_select_scratchpad_reports_plans_children_and_documents(tmp_path) -> None:
+    """``ctxd eval --policies select-scratchpad``: per call, the plan versions, documents and
+    conclusions the request holds (and their tokens); the report's table sums them."""
+    from app.eval import metrics
+    from app.eval.policies import CHILD_AT, CONCLUDE_AT, DOCUMENT_EVERY, PLAN_EVERY
+    from app.eval.replay import make_context, replay_trace
+    from app.eval.report import summarize
+
+    ctx = make_context("qwen3", tmp_path)
+    result = replay_trace(QUICK, "select-scratchpad", ctx)
+    calls = result.calls
+    assert len(calls) == 16 and not any(c.error for c in calls)
+    by_call = {c.call: c for c in calls}
+    assert by_call[PLAN_EVERY].plans == 1 and by_call[2 * PLAN_EVERY].plans == 2, "one version each PLAN_EVERY calls"
+    assert all(c.plan_tokens > 0 for c in calls if c.plans)
+    assert by_call[1].documents == 1 and all(c.documents <= 1 for c in calls), "one key: each replaces the last"
+    assert by_call[CHILD_AT].children == 1 and by_call[CONCLUDE_AT - 1].conclusions == 0
+    assert all(c.conclusions == 1 and c.conclusion_tokens > 0 for c in calls if c.call >= CONCLUDE_AT)
+    assert DOCUMENT_EVERY > 1
+    total = summarize(calls, metrics.Prices(uncached=3.0, cached=0.3), None)["scratchpad"]
+    assert total["plans"] == sum(c.plans for c in calls) and total["children"] == 1
