@@ -1,45 +1,53 @@
 # syntax=docker/dockerfile:1
-# ctxd service image: `docker build -t ctxd .` then `docker compose up`.
-FROM python:3.11-slim
+# ctxd service image (issue 13 item 4): `docker build -t ctxd:dev .`, then `docker compose up`.
+#
+# builder: a venv with the locked runtime dependencies (requirements.lock: exact versions,
+#          hashes checked) and ctxd itself as a wheel (non-editable: the alembic migrations
+#          ship inside the package, app/migrations).
+# runtime: the same slim Python with only that venv copied in; runs as a non-root user.
+# No eval extra (matplotlib plots) and no test tools in the image. CI cannot build images;
+# tests/deploy/test_image.py parses this file and replays its install steps in a venv.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/ctxd
+ENV PATH=/opt/ctxd/bin:$PATH
+WORKDIR /src
+# Dependencies first, in their own layer: rebuilt only when the lock changes.
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock
+# The project, built as a wheel and installed without touching the locked dependencies.
+COPY pyproject.toml README.md ./
+COPY app ./app
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+ && pip install --no-deps --no-index /wheels/ctxd-*.whl \
+ && pip check \
+ && python -c "import app.cli, app.main"
+
+FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/ctxd/bin:$PATH \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
-    CTXD_DATA_DIR=/data \
-    MPLCONFIGDIR=/tmp/matplotlib
-
+    CTXD_DATA_DIR=/data
 RUN groupadd --system --gid 10001 ctxd \
  && useradd --system --uid 10001 --gid ctxd --home-dir /data --no-create-home \
         --shell /usr/sbin/nologin ctxd \
  && mkdir -p /data \
  && chown ctxd:ctxd /data
-
-WORKDIR /opt/ctxd
-
-# Dependencies first, in their own layer: it is rebuilt only when pyproject.toml changes.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt
-
-# The project itself. Editable on purpose: app/store/migrate.py finds migrations/
-# next to the app/ package (parents[2]), which a wheel install would not ship.
-COPY README.md* alembic.ini ./
-COPY migrations ./migrations
-COPY app ./app
-RUN pip install --no-deps -e . \
- && python -c "import app.cli" \
- && chown -R root:root /opt/ctxd
-
-USER ctxd
+# root-owned and read-only for the service user
+COPY --from=builder /opt/ctxd /opt/ctxd
+USER ctxd:ctxd
+WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 8000
 
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"]
+# Ready = the database answers and the default profile's tokenizer is loaded (503 otherwise).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=3).status == 200 else 1)"]
 
 CMD ["ctxd", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -86,7 +86,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 # Cheap imports only (no transformers, FastAPI or SQLAlchemy at import time).
 from app.caches import ENTRY_OVERHEAD, ByteLRU
@@ -229,12 +229,12 @@ class Harness:
     """A migrated SQLite database in a temp dir, the shipped profiles, a session factory."""
 
     def __init__(self, directory: Path) -> None:
+        from sqlalchemy import event
+
         from app.settings import offline_environment
         from app.store.db import make_engine, make_read_factory, make_session_factory
         from app.store.migrate import upgrade_head
         from app.tokenizers.profiles import ProfileRegistry, load_profiles
-
-        from sqlalchemy import event
 
         offline_environment()
         self.path = directory / "bench.sqlite3"
@@ -456,6 +456,11 @@ def _group_modes(samples: list[dict[str, Any]], modes: Sequence[str],
     return out
 
 
+def in_band(lo: int, hi: int | None) -> Callable[[dict[str, Any]], bool]:
+    """A sample selector: ``lo <= sample["tokens"] < hi`` (no upper bound when ``hi`` is None)."""
+    return lambda s: bool(s["tokens"] >= lo and (hi is None or s["tokens"] < hi))
+
+
 def _group(samples: list[dict[str, Any]], select: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     out = _group_modes(samples, (*MODES, "template"), select)
     out["cold_over_warm_p50"] = _ratio(out["cold"]["p50_ms"], out["warm"]["p50_ms"])
@@ -516,7 +521,7 @@ def _environment() -> dict[str, Any]:
     import os
     from importlib.metadata import PackageNotFoundError, version
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("transformers", "tokenizers", "SQLAlchemy", "jinja2"):
         try:
             versions[pkg] = version(pkg)
@@ -534,11 +539,17 @@ class _Bar:
         self.enabled = enabled
         self._p: Any = None
 
-    def __enter__(self) -> _Bar:
+    def __enter__(self) -> Self:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
@@ -551,7 +562,7 @@ class _Bar:
         task_id = self._p.add_task(description, total=total)
         return lambda: self._p.advance(task_id)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._p is not None:
             self._p.__exit__(*exc)
 
@@ -592,7 +603,8 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
     tokenizer = meters["warm"].tokenizer
 
     def reset(mode: str) -> None:
-        registries[mode].token_cache.clear()
+        if (cache := registries[mode].token_cache) is not None:
+            cache.clear()
         _reset_meter(meters[mode])
 
     # Warm-up (untimed): first calls of the trace in each mode, then forget everything.
@@ -629,8 +641,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
                     continue
                 for mode in order:
                     if mode == "cold":
-                        registries[mode].token_cache.clear()
-                        _reset_meter(meters[mode])
+                        reset(mode)
                     seconds, out = h.timed_get(registries[mode], sids[mode])
                     runs[mode].append(_record(step, seconds, out))
                     if mode == "warm" and template_reference:
@@ -686,10 +697,10 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
     bands = []
     for label, lo, hi in BANDS:
         bands.append({"band": label, "min_tokens": lo, "max_tokens": hi,
-                      **_group(samples, lambda s, lo=lo, hi=hi: s["tokens"] >= lo and (hi is None or s["tokens"] < hi))})
+                      **_group(samples, in_band(lo, hi))})
     targets = []
     for label, lo, hi, metric, bound in TARGETS:
-        g = _group(samples, lambda s, lo=lo, hi=hi: s["tokens"] >= lo and (hi is None or s["tokens"] < hi))
+        g = _group(samples, in_band(lo, hi))
         value = g["naive_over_warm_p50"] if metric == "naive_over_warm_p50" else g["warm"]["p50_ms"]
         met = None if value is None else value >= bound if metric == "naive_over_warm_p50" else value <= bound
         targets.append({"requests": label, "min_tokens": lo, "max_tokens": hi, "n": g["n"], "metric": metric,

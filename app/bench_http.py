@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,11 +52,11 @@ def _free_port() -> int:
 
 @contextmanager
 def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, log_path: Path | None = None,
-          ready_timeout: float = 120.0) -> Iterator[str]:
+          ready_timeout: float = 120.0, workers: int = 1, args: Sequence[str] = ()) -> Iterator[str]:
     """``ctxd serve`` on a free loopback port on the embedded default (SQLite in
     ``data_dir``, default a temporary directory; in-process cache, no Redis; ``env`` adds
-    CTXD_ settings); yields its base URL once ``/readyz`` answers 200 (tokenizer loaded),
-    then stops it with SIGTERM. Its output goes to ``log_path`` (default: in the temporary
+    CTXD_ settings; ``workers`` uvicorn workers; ``args`` more `ctxd serve` options); yields
+    its base URL once ``/readyz`` answers 200 (tokenizer loaded), then stops it with SIGTERM. Its output goes to ``log_path`` (default: in the temporary
     directory), a file, since one access line per request fills a pipe left unread.
 
     Raises BenchError when it exits early, is not ready within ``ready_timeout`` seconds,
@@ -71,7 +71,8 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
                                   "CTXD_REDIS_URL": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         log_file = log_path or Path(tmp) / "serve.log"
         with log_file.open("w", encoding="utf-8") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                                     "--workers", str(workers), *args],
                                     env=variables | (env or {}), stdout=log, stderr=subprocess.STDOUT)
             base = f"http://127.0.0.1:{port}"
             try:
@@ -143,7 +144,7 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
 
     Returns ``{"trace", "profile", "url", "repeat", "calls_per_replay", "bands", "all",
     "targets", "posts": {...}, "checks": {...}, "calls"}``. Raises BenchError."""
-    from app.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace
+    from app.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace, in_band
     if url is None:
         with serve() as base:
             result = run_http(trace, profile=profile, repeat=repeat, url=base, progress=progress)
@@ -187,22 +188,22 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
     samples = [{"tokens": g["tokens"], "http": g["http_s"], "naive": g["naive_s"]} for run in runs for g in run]
     modes = ("http", "naive")
     bands = [{"band": label, "min_tokens": lo, "max_tokens": hi,
-              **_group_modes(samples, modes, lambda s, lo=lo, hi=hi: s["tokens"] >= lo and (hi is None or s["tokens"] < hi))}
+              **_group_modes(samples, modes, in_band(lo, hi))}
              for label, lo, hi in BANDS]
     targets = []
     for label, lo, hi, factor in HTTP_TARGETS:
-        g = _group_modes(samples, modes, lambda s, lo=lo, hi=hi: s["tokens"] >= lo and (hi is None or s["tokens"] < hi))
+        g = _group_modes(samples, modes, in_band(lo, hi))
         ratio = g["naive_over_http_p50"]
         targets.append({"requests": label, "min_tokens": lo, "max_tokens": hi, "n": g["n"],
                         "metric": "naive p50 / warm GET over HTTP p50", "required": factor, "value": ratio,
                         "http_p50_ms": g["http"]["p50_ms"], "naive_p50_ms": g["naive"]["p50_ms"],
                         "met": None if ratio is None else ratio >= factor})
-    posts = _posts_along(post_runs)
+    post_quarters = _posts_along(post_runs)
     mismatches = sum(1 for run in runs for g in run if g["naive_tokens"] != g["tokens"])
     return {
         "trace": str(path), "instance_id": traj.instance_id, "profile": profile, "url": url, "repeat": repeat,
         "calls_per_replay": len(runs[0]), "max_request_tokens": max((g["tokens"] for g in runs[0]), default=0),
-        "bands": bands, "all": _group_modes(samples, modes, lambda s: True), "targets": targets, "posts": posts,
+        "bands": bands, "all": _group_modes(samples, modes, lambda s: True), "targets": targets, "posts": post_quarters,
         "checks": {"naive_count_mismatches": mismatches},
         "calls": [{"call": g["call"], "tokens": g["tokens"], "http_ms": [r[i]["http_s"] * 1e3 for r in runs],
                    "naive_ms": [r[i]["naive_s"] * 1e3 for r in runs], "response_bytes": g["response_bytes"]}

@@ -121,7 +121,7 @@ class ByteLRU(Generic[K, V]):
     def pop(self, key: K) -> V | None:
         with self._lock:
             kv = self._data.pop(key, None)
-            return None if kv is None else kv[1]  # type: ignore[no-any-return]
+            return None if kv is None else kv[1]
 
     def clear(self) -> None:
         with self._lock:
@@ -150,5 +150,5 @@ def memoize(max_bytes: int, *, key: Callable[..., Hashable], sizeof: Callable[[A
     function must be pure)."""
     if max_bytes <= 0:
         raise ValueError("max_bytes must be positive")
-    return cachetools.cached(cachetools.LRUCache(maxsize=max_bytes, getsizeof=sizeof), key=key,  # type: ignore[no-any-return]
+    return cachetools.cached(cachetools.LRUCache(maxsize=max_bytes, getsizeof=sizeof), key=key,
                              lock=threading.Lock())

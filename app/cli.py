@@ -70,11 +70,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # directory (emptied now: counters of an earlier run must not be summed) and /metrics
     # sums them (app/observability/metrics.py). Workers inherit the variable.
     metrics_dir = fresh_multiprocess_dir()
-    from app.store.migrate import SchemaBehind, prepare_schema
+    from app.observability.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)  # uvicorn's lines too (log_config=None)
+    from app.store.migrate import SchemaAhead, SchemaBehind, prepare_schema
 
     try:  # once here, before the workers start (each then finds the schema at head)
         prepare_schema(settings.effective_database_url, auto_migrate=settings.auto_migrate)
-    except SchemaBehind as exc:
+    except (SchemaBehind, SchemaAhead) as exc:
         metrics_dir.cleanup()
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -87,7 +90,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             reload=args.reload,
             workers=args.workers,
             timeout_graceful_shutdown=args.graceful_timeout,
-            log_level=settings.log_level,  # uvicorn's own loggers; ctxd's: app.observability.logs (one handler)
+            log_level=settings.log_level,
+            log_config=None,  # one handler for every logger: app/observability/logs.py
         )
     finally:
         metrics_dir.cleanup()
@@ -128,10 +132,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     """One-shot migration (a job run before the service starts, with CTXD_AUTO_MIGRATE=false
     on the service): under the migration lock, so concurrent runs are safe."""
     from app.settings import Settings
-    from app.store.migrate import upgrade_head
+    from app.store.migrate import SchemaAhead, upgrade_head
 
     settings = Settings()
-    before, after = upgrade_head(settings.effective_database_url)
+    try:
+        before, after = upgrade_head(settings.effective_database_url)
+    except SchemaAhead as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     rev = ", ".join(after)
     if before == after:
         print(f"database schema is at head ({rev}); nothing to do")
@@ -174,9 +182,9 @@ def _cmd_keys(args: argparse.Namespace) -> int:
                 return EXIT_FAILED
             print(f"revoked key {tenancy.key_id_of(args.key)}", file=sys.stderr)
             return EXIT_OK
-        for key in tenancy.list_keys(db):
-            print(f"{key['key_id']}  tenant={key['tenant']}  created={key['created_at']}"
-                  + (f"  revoked={key['revoked_at']}" if key["revoked_at"] else ""))
+        for row in tenancy.list_keys(db):
+            print(f"{row['key_id']}  tenant={row['tenant']}  created={row['created_at']}"
+                  + (f"  revoked={row['revoked_at']}" if row["revoked_at"] else ""))
     return EXIT_OK
 
 
@@ -205,7 +213,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         run_replay,
         write_json,
     )
-
     from app.traces import resolve_trace
 
     err = Console(stderr=True)
@@ -294,6 +301,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    import importlib.util
     import time
 
     from rich.console import Console
@@ -305,6 +313,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from app.eval.report import default_prices, profile_info, write_report
 
     err = Console(stderr=True)
+    if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
+        # the eval extra is not part of the service install (nor of the image)
+        err.print("[bold red]error:[/] " + escape("ctxd eval's plots need matplotlib, which is in the optional 'eval' "
+                  "extra: pip install 'ctxd[eval]' (from a checkout: pip install -e '.[eval]'), or pass --no-plots "
+                  "for the report without plots"), highlight=False)
+        return EXIT_FAILED
     policies = [p.strip() for p in re.split(r",(?![^\[]*\])", args.policies) if p.strip()]
     policies += sweep_policies(args.sweep_t_hi, args.sweep_k, args.sweep_record, args.sweep_lo_ratio)
     start = time.perf_counter()
@@ -463,7 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Replay mini-swe-agent trajectories in process (the API's service functions, no HTTP) under "
             "each policy with the same tokenizer and cache model; write report.md, results.json, "
-            "calls.jsonl and PNG plots (seed 000 section 4.8)."
+            "calls.jsonl and PNG plots (seed 000 section 4.8). The plots need the optional 'eval' extra "
+            "(matplotlib): pip install 'ctxd[eval]'."
         ),
     )
     p.add_argument("paths", nargs="*", help="*.traj.json files or folders holding them: paths, or file names in the "
@@ -477,7 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="USD per million uncached input tokens (default: the profile's, else 3.0)")
     p.add_argument("--price-cached", type=float, default=None, metavar="USD",
                    help="USD per million cached input tokens (default: the profile's, else 0.30)")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-plots", action="store_true",
+                   help="skip the PNG plots (no matplotlib needed: the 'eval' extra)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--sweep-t-hi", default="", metavar="FRACTIONS",
                    help="also replay select at each T_hi (fractions of input_limit, e.g. 0.3,0.4,0.5): the report's "

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
 from app.api import problems
 from app.api.middleware import RequestContext
 from app.api.routes import ops, v1
+from app.api.routes import recall as recall_routes
 from app.api.routes import tenancy as tenancy_routes
 from app.observability import metrics
 from app.observability.logs import configure_logging
 from app.settings import Settings, offline_environment
+
+if TYPE_CHECKING:
+    from app.tokenizers.segments import TokenCache
 
 log = logging.getLogger("ctxd")
 
@@ -24,7 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the ASGI app. ``settings`` defaults to the environment (prefix CTXD_)."""
     offline_environment()
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -47,7 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         current_default_thread_limiter().total_tokens = pool_capacity(engine)
         registry = ProfileRegistry(load_profiles(settings.profiles_path))
-        token_cache = None
+        token_cache: TokenCache
         if settings.redis_url:
             from app.tokenizers.segments import RedisTokenCache
 
@@ -143,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(v1.router)
     app.include_router(tenancy_routes.router)
+    app.include_router(recall_routes.router)
     app.include_router(ops.router)
     from app.api.auth import AuthMiddleware
 
@@ -158,6 +164,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    app.add_middleware(RequestContext)  # request id, HTTP metrics, unexpected errors as a logged 500
+    app.add_middleware(RequestContext)  # HTTP metrics, unexpected errors as a logged 500
+    from asgi_correlation_id import CorrelationIdMiddleware
+
+    from app.api.middleware import HEADER, new_request_id, sane_request_id
+
+    # outermost: the request id (X-Request-ID in and out) is set for every line logged and
+    # every problem+json body, the 500s of RequestContext included
+    app.add_middleware(CorrelationIdMiddleware, header_name=HEADER, generator=new_request_id,
+                       validator=sane_request_id, update_request_header=False)
 
     return app

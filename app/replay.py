@@ -132,15 +132,18 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def _row(step: ModelCall, body: dict[str, Any]) -> CallRow:
-    manifest = body.get("manifest") if isinstance(body, dict) else None
-    manifest = manifest if isinstance(manifest, dict) else {}
-    tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
-    by_zone = tokens.get("by_zone") if isinstance(tokens.get("by_zone"), dict) else {}
-    by_role = tokens.get("by_role") if isinstance(tokens.get("by_role"), dict) else {}
-    budget = manifest.get("budget") if isinstance(manifest.get("budget"), dict) else {}
-    cache = manifest.get("cache") if isinstance(manifest.get("cache"), dict) else {}
-    elided = manifest.get("elided") if isinstance(manifest.get("elided"), list) else []
+    manifest = _dict(body.get("manifest") if isinstance(body, dict) else None)
+    tokens = _dict(manifest.get("tokens"))
+    by_zone = _dict(tokens.get("by_zone"))
+    by_role = _dict(tokens.get("by_role"))
+    budget = _dict(manifest.get("budget"))
+    cache = _dict(manifest.get("cache"))
+    elided = found if isinstance(found := manifest.get("elided"), list) else []
     elided_tokens = _int(manifest.get("elided_tokens"))
     if elided_tokens is None and elided:
         elided_tokens = sum(_int(e.get("tokens")) or 0 for e in elided if isinstance(e, dict))
@@ -349,7 +352,7 @@ class _progress:
         self._task = self._progress.add_task(self.label, total=self.total)
         return lambda: self._progress.advance(self._task)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
 
@@ -384,8 +387,8 @@ def print_report(report: ReplayReport, *, file: TextIO | None = None, table: boo
         if has_cache:
             cols.append("pred.cached")
         cols.append("provider prompt")
-        for c in cols:
-            t.add_column(c, justify="right", no_wrap=True)
+        for col in cols:
+            t.add_column(col, justify="right", no_wrap=True)
         for r in report.rows:
             cells = [
                 f"{r.call}{'*' if r.failed_call else ''}",
@@ -409,9 +412,8 @@ def print_report(report: ReplayReport, *, file: TextIO | None = None, table: boo
     s.add_row("prompt tokens", _fmt(c.get("request_tokens")), _fmt(p.get("prompt_tokens")))
     s.add_row("cached: ctxd predicted / provider hit", _fmt(c.get("predicted_cached_tokens")),
               _fmt(p.get("prompt_cache_hit_tokens")))
-    uncached = None
-    if c.get("request_tokens") is not None and c.get("predicted_cached_tokens") is not None:
-        uncached = c["request_tokens"] - c["predicted_cached_tokens"]
+    requested, predicted = c.get("request_tokens"), c.get("predicted_cached_tokens")
+    uncached = requested - predicted if requested is not None and predicted is not None else None
     s.add_row("not cached: ctxd predicted / provider miss", _fmt(uncached), _fmt(p.get("prompt_cache_miss_tokens")))
     s.add_row("elided", _fmt(c.get("elided_tokens")), "-")
     s.add_row("largest request", _fmt(c.get("max_request_tokens")), "-")

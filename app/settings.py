@@ -99,6 +99,9 @@ class Settings(BaseSettings):
         "revisions"))
     log_level: str = Field(default="info", description=(
         "log level: " + ", ".join(LOG_LEVELS)))
+    log_format: Literal["auto", "json", "console"] = Field(default="auto", description=(
+        "log line format on stderr: json (one JSON object a line: timestamp, level, logger, event, request_id, pid), "
+        "console (the same as aligned text, for humans), auto = console when stderr is a terminal, else json"))
 
     @field_validator("log_level")
     @classmethod

@@ -68,7 +68,7 @@ def trace_files(spec: str) -> list[Path]:
     return found
 
 
-@events.init_command_line_parser.add_listener
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]  # locust's EventHook is unannotated
 def _add_arguments(parser: Any) -> None:
     parser.add_argument("--ctxd-traces", type=str, env_var="CTXD_LOAD_TRACES", default="",
                         help="comma-separated trace files, directories or globs (default: the shared traces)")
@@ -135,8 +135,9 @@ class AgentReplayUser(HttpUser):
         try:
             PLANS.load(getattr(opts, "ctxd_traces", "") if opts else "", self.profile)
         except Exception as exc:  # a bad trace path: report once per user and stop it
-            events.request.fire(request_type="SETUP", name="load traces", response_time=0, response_length=0,
-                                exception=exc, context={})
+            events.request.fire(  # type: ignore[no-untyped-call]  # locust's EventHook is unannotated
+                request_type="SETUP", name="load traces", response_time=0, response_length=0, exception=exc,
+                context={})
             raise StopUser() from exc
 
     @task

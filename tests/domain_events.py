@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from app.adapters.miniswe import load_trajectory, session_create_body, trajectory_events
-from app.domain.types import (ArtifactWriteEvent, Binding, Constraint, Contract, Event, HypothesisEvent, MessageEvent,
-                              ObligationEvent, StepEvent, ToolCall, ToolResultEvent)
+from app.domain.types import (
+    ArtifactWriteEvent,
+    Binding,
+    Constraint,
+    Contract,
+    Event,
+    HypothesisEvent,
+    MessageEvent,
+    ObligationEvent,
+    StepEvent,
+    ToolCall,
+    ToolResultEvent,
+)
 
 
 def _handle(text: str) -> str:
@@ -63,7 +74,7 @@ def contract_of(body: dict[str, Any]) -> Contract:
                     contract_version=int(c.get("contract_version", 1)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def trace_session(path: Path) -> tuple[Contract, tuple[Event, ...]]:
     """(contract, domain events with inferred bindings and writes) of one shared trajectory."""
     traj = load_trajectory(path)

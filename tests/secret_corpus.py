@@ -53,18 +53,18 @@ SERVICE_ACCOUNT = json.dumps({
     "client_email": "agent@demo-project.iam.gserviceaccount.com"}, indent=2)
 
 CORPUS: list[tuple[str, str, list[str]]] = [
-    ("env dump", f"HOME=/root\nPATH=/usr/bin\nAWS_ACCESS_KEY_ID={AWS_ID}\nAWS_SECRET_ACCESS_KEY={AWS_SECRET}\n"
-                 f"GITHUB_TOKEN={GH_CLASSIC}\nOPENAI_API_KEY={OPENAI}\nHF_TOKEN={HF}\nLANG=C.UTF-8\n",
+    ("env dump", (f"HOME=/root\nPATH=/usr/bin\nAWS_ACCESS_KEY_ID={AWS_ID}\nAWS_SECRET_ACCESS_KEY={AWS_SECRET}\n"
+                 f"GITHUB_TOKEN={GH_CLASSIC}\nOPENAI_API_KEY={OPENAI}\nHF_TOKEN={HF}\nLANG=C.UTF-8\n"),
      [AWS_ID, AWS_SECRET, GH_CLASSIC, OPENAI, HF]),
-    (".env file", f"# local settings\nDATABASE_URL=postgres://app:{URL_PASSWORD}@db:5432/app\nDB_PASSWORD={DB_PASSWORD}\n"
-                  f"STRIPE_SECRET_KEY={STRIPE}\nSENDGRID_API_KEY={SENDGRID}\nANTHROPIC_API_KEY={ANTHROPIC}\n",
+    (".env file", (f"# local settings\nDATABASE_URL=postgres://app:{URL_PASSWORD}@db:5432/app\nDB_PASSWORD={DB_PASSWORD}\n"
+                  f"STRIPE_SECRET_KEY={STRIPE}\nSENDGRID_API_KEY={SENDGRID}\nANTHROPIC_API_KEY={ANTHROPIC}\n"),
      [URL_PASSWORD, DB_PASSWORD, STRIPE, SENDGRID, ANTHROPIC]),
     ("aws credentials", f"[default]\naws_access_key_id = {AWS_ID}\naws_secret_access_key = {AWS_SECRET}\nregion = eu-west-1\n",
      [AWS_ID, AWS_SECRET]),
-    ("git remote", f"origin\thttps://x-access-token:{GH_CLASSIC}@github.com/org/repo.git (fetch)\n"
-                   f"gitlab\thttps://oauth2:{GITLAB}@gitlab.com/org/repo.git (push)\n", [GH_CLASSIC, GITLAB]),
-    ("curl verbose", f"> GET /v1/models HTTP/1.1\n> Host: api.example.com\n> Authorization: Bearer {BEARER}\n"
-                     "> Accept: */*\n< HTTP/1.1 200 OK\n", [BEARER]),
+    ("git remote", (f"origin\thttps://x-access-token:{GH_CLASSIC}@github.com/org/repo.git (fetch)\n"
+                   f"gitlab\thttps://oauth2:{GITLAB}@gitlab.com/org/repo.git (push)\n"), [GH_CLASSIC, GITLAB]),
+    ("curl verbose", (f"> GET /v1/models HTTP/1.1\n> Host: api.example.com\n> Authorization: Bearer {BEARER}\n"
+                     "> Accept: */*\n< HTTP/1.1 200 OK\n"), [BEARER]),
     ("private key file", f"$ cat ~/.ssh/id_rsa\n{PRIVATE_KEY}\n$ ls\n", [*KEY_LINES]),
     ("openssh key cut off", f"$ head -c 300 ~/.ssh/id_ed25519\n{OPENSSH_KEY[:300]}", [*(line for line in KEY_LINES if line in OPENSSH_KEY[:300])]),
     ("service account json", f"$ cat sa.json\n{SERVICE_ACCOUNT}\n", [*KEY_LINES]),

@@ -13,7 +13,7 @@ import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from app.adapters.bash_effects import command_of
@@ -38,7 +38,7 @@ class ToolOutput:
         return f"{self.trace} messages[{self.index}]"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _outputs(path: Path) -> tuple[ToolOutput, ...]:
     traj = load_trajectory(path)
     commands: dict[str, str] = {}

@@ -132,22 +132,23 @@ from app.adapters.bash_syntax import (
     Node,
     Pipeline,
     Redirect,
-    Sequence as Script,
     Word,
     parse,
 )
-
+from app.adapters.bash_syntax import (
+    Sequence as Script,
+)
 from app.domain.text import split_lines
 
 __all__ = [
     "ROOT",
+    "CallEffects",
     "CommandEffects",
     "Read",
-    "CallEffects",
     "SessionEffects",
     "Write",
-    "command_of",
     "command_effects",
+    "command_of",
     "coverage_report",
     "patch_targets",
     "python_writes",
@@ -931,7 +932,7 @@ class _Walker:
         ranges = _sed_ranges(scripts) if quiet else None
         tool = "sed -n" if quiet else "sed"
         for f in self._files_or_stdin(operands, ctx):
-            for rng in ranges or [None]:
+            for rng in ranges or (None,):
                 self.read(f, cwd, rng, tool, ctx)
 
     def cmd_grep(self, name: str, args: list[_Arg], cwd: str | None, ctx: _Ctx) -> None:
@@ -1151,7 +1152,7 @@ class _Walker:
         texts = [a.text for a in args]
         if "--cached" in texts or "--staged" in texts or "--no-index" in texts:
             return
-        opts, operands = _options(args, "OSGUM", ("output",))
+        _opts, operands = _options(args, "OSGUM", ("output",))
         if "--" in texts:
             cut = texts.index("--")
             revs = [a for a in args[:cut] if not a.text.startswith("-")]

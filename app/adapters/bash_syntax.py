@@ -62,7 +62,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Final, Union
+from typing import Final
 
 import tree_sitter
 import tree_sitter_bash
@@ -155,7 +155,7 @@ class Group:
     substitutions: list[Node] = field(default_factory=list)
 
 
-Node = Union[Command, Pipeline, Sequence, Group]
+Node = Command | Pipeline | Sequence | Group
 
 _LANGUAGE: Final = tree_sitter.Language(tree_sitter_bash.language())
 _LOCAL = threading.local()
@@ -292,9 +292,8 @@ def _is_glob(raw: str) -> bool:
             return True
         elif c == "{":
             brace += 1
-        elif c == "}" and brace:
-            if "," in raw[:i] or ".." in raw[:i]:
-                return True
+        elif c == "}" and brace and ("," in raw[:i] or ".." in raw[:i]):
+            return True
     return False
 
 
@@ -551,8 +550,8 @@ class _Converter:
                 self.redirect(c, owner)
             elif t == "pipeline":  # `| a | b && c`: a, b join the pipeline; c follows it
                 parts = self.stages(c.named_children)
-                if parts and isinstance(parts[-1], Sequence) and parts[-1].items:
-                    seq = parts.pop()
+                if parts and isinstance(seq := parts[-1], Sequence) and seq.items:
+                    parts.pop()
                     first = seq.items[0]
                     parts.extend(first.stages if isinstance(first, Pipeline) else [first])
                     after.extend(seq.items[1:])
@@ -566,7 +565,7 @@ class _Converter:
         if stages:
             node = _extend_pipeline(node, stages)
         if after:
-            node = Sequence((node.items if isinstance(node, Sequence) else [node]) + after)
+            node = Sequence([*(node.items if isinstance(node, Sequence) else [node]), *after])
         return node
 
     def heredoc_body(self, anchor: int, end: tree_sitter.Node | None, op: str, quoted: bool) -> str:

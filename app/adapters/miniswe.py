@@ -72,6 +72,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
 
@@ -464,9 +465,7 @@ def split_task(traj: Trajectory) -> TaskSplit:
     # bullets under "## Important Boundaries"
     section = _section(text, BOUNDARIES_HEADING, after_goal)
     if section is not None:
-        n = 0
-        for start, end, body_start, body_end in _bullets(text, *section):
-            n += 1
+        for n, (start, end, body_start, body_end) in enumerate(_bullets(text, *section), 1):
             spans.append(
                 (start, end, f"boundary-{n}", text[start:body_start], text[body_end:end])
             )
@@ -479,7 +478,7 @@ def split_task(traj: Trajectory) -> TaskSplit:
             spans.append((s0, s1, "submission", "", ""))
 
     spans.sort()
-    for (a0, a1, ap, _, _), (b0, _, bp, _, _) in zip(spans, spans[1:]):
+    for (a0, a1, ap, _, _), (b0, _, bp, _, _) in pairwise(spans):
         if b0 < a1:
             raise TrajectoryFormatError(
                 traj.path, f"parts {ap!r} and {bp!r} of the task overlap", where="messages[1]"

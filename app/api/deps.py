@@ -10,7 +10,8 @@ and request, which cost more than the GET's own work on a busy machine.
 
 from __future__ import annotations
 
-from typing import Annotated, ContextManager
+from contextlib import AbstractContextManager
+from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session as OrmSession
@@ -27,7 +28,7 @@ class UnitOfWork:
     def __init__(self, factory: sessionmaker[OrmSession]) -> None:
         self._factory = factory
 
-    def __call__(self) -> ContextManager[OrmSession]:
+    def __call__(self) -> AbstractContextManager[OrmSession]:
         return unit_of_work(self._factory)
 
 

@@ -1,5 +1,6 @@
-"""The per-request ASGI middleware: request id, HTTP metrics, and the last line of defence
-against unexpected errors.
+"""The per-request ASGI middleware: HTTP metrics, and the last line of defence against
+unexpected errors; and the request id's rule (:func:`sane_request_id`, applied by
+asgi-correlation-id's middleware, installed outside this one in app/main.py).
 
 A plain ASGI middleware (not Starlette's ``BaseHTTPMiddleware``) so that an unexpected
 exception is answered here and never re-raised. Starlette's ``ServerErrorMiddleware``
@@ -22,30 +23,27 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import PROBLEM_JSON, problem_body
 from app.observability import metrics
-from app.observability.logs import REQUEST_ID
 
 log = logging.getLogger("ctxd")
 
-HEADER = "x-request-id"
+HEADER = "X-Request-ID"
 _SANE = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")  # printable, no spaces, bounded: safe to echo and log
 
 
-def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
-    """The incoming ``X-Request-ID`` when it is sane (1-128 chars of ``[A-Za-z0-9._:@/+=-]``),
-    else a new one (32 hex chars)."""
-    for name, value in headers:
-        if name.lower() == HEADER.encode():
-            text = value.decode("latin-1")
-            if _SANE.match(text):
-                return text
-            break
+def sane_request_id(value: str) -> bool:
+    """Whether an incoming ``X-Request-ID`` is kept: 1-128 chars of ``[A-Za-z0-9._:@/+=-]``
+    (else a new one, 32 hex chars, replaces it)."""
+    return bool(_SANE.match(value))
+
+
+def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
 class RequestContext:
-    """Sets the request id (context variable, ``X-Request-ID`` response header), records
-    ``ctxd_http_requests_total`` / ``ctxd_http_request_duration_seconds`` by route
-    template, and turns any exception that reaches it into a logged 500 problem+json."""
+    """Records ``ctxd_http_requests_total`` / ``ctxd_http_request_duration_seconds`` by route
+    template (:func:`route_label`), and turns any exception that reaches it into a logged
+    500 problem+json (with the request id: the correlation middleware runs outside)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -54,35 +52,46 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_from(scope.get("headers") or [])
-        token = REQUEST_ID.set(request_id)
         start = time.perf_counter()
         status = 500
         started = False
 
-        async def send_with_id(message: Message) -> None:
+        async def send_status(message: Message) -> None:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 started = True
                 status = int(message["status"])
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER.encode()]
-                headers.append((HEADER.encode(), request_id.encode()))
-                message = {**message, "headers": headers}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_status)
         except Exception:
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await _send_problem(send_with_id, scope)
+                await _send_problem(send_status, scope)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
+            path = route_label(scope)
             method = str(scope.get("method", ""))
             metrics.HTTP_REQUESTS.labels(method, path, str(status)).inc()
             metrics.HTTP_LATENCY.labels(method, path).observe(time.perf_counter() - start)
-            REQUEST_ID.reset(token)
+
+
+def route_label(scope: Scope) -> str:
+    """The route template of a served request (``/v1/sessions/{session_id}/request``): the
+    matched route's path (FastAPI's routes put themselves in the scope; Starlette's, such as
+    ``/docs`` and ``/openapi.json``, only their endpoint, so they are found by it); else
+    ``unmatched`` (404s: bounded labels)."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str):
+        return path
+    endpoint = scope.get("endpoint")
+    app = scope.get("app")
+    if endpoint is not None and app is not None:
+        for candidate in getattr(getattr(app, "router", None), "routes", ()):
+            if getattr(candidate, "endpoint", None) is endpoint and isinstance(getattr(candidate, "path", None), str):
+                return str(candidate.path)
+    return "unmatched"
 
 
 async def _send_problem(send: Send, scope: Scope) -> None:

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.domain import errors
-from app.observability.logs import REQUEST_ID
+from app.observability.logs import current_request_id
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("ctxd")
@@ -56,7 +56,7 @@ def problem_body(status: int, title: str, detail: str, *, instance: str | None =
     if instance:
         body["instance"] = instance
     body.update(extra)
-    body["request_id"] = REQUEST_ID.get()
+    body["request_id"] = current_request_id() or "-"
     return body
 
 
@@ -104,7 +104,7 @@ def install(app: FastAPI) -> None:
         ]
         first = issues[0] if issues else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
-        return problem(422, "Invalid request", f"{where}: {first['msg']}" if where else first["msg"],
+        return problem(422, "Invalid request", f"{where}: {first['msg']}" if where else str(first["msg"]),
                        instance=request.url.path, errors=issues)
 
     @app.exception_handler(StarletteHTTPException)

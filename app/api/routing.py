@@ -71,7 +71,7 @@ def _is_json(request: Request) -> bool:
     if not kind:
         return True  # FastAPI parses a body without a content type as JSON too
     media = kind.split(";", 1)[0].strip().lower()
-    return media.startswith("application/") and (media.endswith("/json") or media.endswith("+json"))
+    return media.startswith("application/") and media.endswith(("/json", "+json"))
 
 
 async def checked_request(request: Request) -> Request:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -51,7 +51,7 @@ class ContractIn(Strict):
     contract_version: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "ContractIn":
+    def _unique_ids(self) -> ContractIn:
         ids = [c.id for c in self.constraints]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -110,7 +110,7 @@ class _SessionOptions(Strict):
         return _invalidation_mode(value)
 
     @model_validator(mode="after")
-    def _unique_tools(self) -> "_SessionOptions":
+    def _unique_tools(self) -> _SessionOptions:
         _unique_tool_names(getattr(self, "tools", None))
         return self
 
@@ -199,7 +199,7 @@ class MessageIn(Strict):
     tool_calls: list[ToolCallIn] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _calls(self) -> "MessageIn":
+    def _calls(self) -> MessageIn:
         if self.role == "user" and (self.tool_calls or self.reasoning):
             raise ValueError("a user message carries neither tool_calls nor reasoning")
         if self.role == "user" and not self.content.strip():
@@ -312,8 +312,8 @@ class ConclusionIn(Strict):
 
 
 
-EventIn = Annotated[Union[MessageIn, ToolResultIn, ArtifactWriteIn, StepIn, HypothesisIn, ObligationIn, PlanIn,
-                          DocumentIn, ConclusionIn],
+EventIn = Annotated[MessageIn | ToolResultIn | ArtifactWriteIn | StepIn | HypothesisIn | ObligationIn | PlanIn
+                    | DocumentIn | ConclusionIn,
                     Field(discriminator="kind")]
 
 
@@ -556,7 +556,7 @@ class PreconditionIn(Strict):
     content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
     @model_validator(mode="after")
-    def _something(self) -> "PreconditionIn":
+    def _something(self) -> PreconditionIn:
         if self.revision is None and self.content_hash is None:
             raise ValueError("give revision or content_hash (or both)")
         return self
@@ -602,6 +602,7 @@ class ProfileOut(BaseModel):
     input_limit: int = Field(description="W - O - M, tokens (eq. 1)")
     item_cap_tokens: int
     render_reasoning: bool
+    recall: bool = Field(default=False, description="requests carry the `recall` tool declaration (README \"Recall\")")
     cache: dict[str, Any]
     prices: dict[str, float]
 
@@ -609,3 +610,47 @@ class ProfileOut(BaseModel):
 class ProfileList(BaseModel):
     default: str
     profiles: list[ProfileOut]
+
+
+# --- issue 14 item 3: recall (event pages, search) --------------------------------------
+
+class EventPage(BaseModel):
+    session_id: str
+    representation: Literal["summary", "full"]
+    events: list[dict[str, Any]] = Field(description="events in seq order: seq, event_id, kind, created_at and the "
+                                         "stored fields (handle; a redacted tool output's view); full: a tool "
+                                         "result's payload; summary: payload_summary / content_summary (head, lines, "
+                                         "chars, truncated)")
+    next_after_seq: int | None = Field(description="pass as `after_seq` for the next page; null on the last page")
+
+
+class SearchMatch(BaseModel):
+    field: str = Field(description="payload (a tool result's rendered text), content, reasoning, tool_calls, text, "
+                                   "artifact")
+    handle: str | None = Field(description="payload matches: the handle whose `?lines=` slices these lines; else null")
+    lines: str = Field(description="a:b, 1-based, inclusive")
+    start_line: int
+    end_line: int
+    exact: bool = Field(description="a match with the query's case")
+    word: bool = Field(description="an exact match standing alone (no letter, digit or _ either side)")
+    matches: int = Field(description="occurrences in this range")
+    text: str = Field(description="the lines (cut at 2000 characters)")
+
+
+class SearchHit(BaseModel):
+    model_config = ConfigDict(extra="allow")  # role, call_id
+    seq: int
+    event_id: str
+    kind: str
+    rank: Literal["word", "exact", "case_insensitive"]
+    handle: str | None
+    match_count: int
+    matches: list[SearchMatch]
+
+
+class SearchResult(BaseModel):
+    session_id: str
+    query: str
+    hits: list[SearchHit]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+    capped: bool = Field(description="more indexed texts held the query than one search ranks (2000, newest first)")

@@ -13,6 +13,8 @@ import json
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
+from itertools import pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -23,7 +25,6 @@ from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.framing import frame, revision_attribute
 from app.domain.invalidation import build_graph
-from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -46,9 +47,10 @@ from app.domain.manifest import (
     WriteRef,
 )
 from app.domain.notes import note_items
-from app.domain.scratchpad import Documents, current_documents, document_text, leaf_message
-from app.domain.redaction import redaction_transform
 from app.domain.ports import Measurement, TokenMeter
+from app.domain.redaction import redaction_transform
+from app.domain.scratchpad import Documents, current_documents, document_text, leaf_message
+from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -140,8 +142,8 @@ class _Grouping:
     in a cache is never changed (another thread may be reading it): it is copied, then
     extended."""
 
-    __slots__ = ("seen", "last_seq", "messages", "firsts", "owner", "got", "groups", "step", "steps", "writes",
-                 "documents", "plans")
+    __slots__ = ("documents", "firsts", "got", "groups", "last_seq", "messages", "owner", "plans", "seen", "step", "steps",
+                 "writes")
 
     def __init__(self) -> None:
         self.seen: list[Event] = []
@@ -221,7 +223,7 @@ class _Grouping:
             if not new:
                 return kept
             seqs = [kept.last_seq, *(e.seq for e in new)]
-            if all(a < b for a, b in zip(seqs, seqs[1:])):
+            if all(a < b for a, b in pairwise(seqs)):
                 grown = kept.copy()
                 grown.extend(new)
                 cache["turn groups"] = grown
@@ -368,7 +370,7 @@ def fit_newest_group(group: TurnGroup, *, budget: Budget, meter: TokenMeter, ite
         if share == 0:
             break
         share = 0 if rounds == FIT_ROUNDS - 1 else max(0, share - (measurement.total - limit))
-    events = (group.message, *group.results)
+    events: tuple[MessageEvent | ToolResultEvent, ...] = (group.message, *group.results)
     over_by = measurement.total - limit
     raise NewestGroupOverBudget(
         f"the newest turn group (seq {group.first_seq}, events {', '.join(e.event_id for e in events)}) does not fit "
@@ -509,9 +511,9 @@ def elision_note(dropped: Sequence[TurnGroup], sizes: Sizes, *,
     total = sum(sizes.get(r.handle, (0, 0))[0] for g in dropped for r in g.results)
     lines = [
         "## Elided history",
-        f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total:,} bytes) "
+        (f"{len(dropped)} earlier turn groups (events seq {first}-{last}, tool output {total:,} bytes) "
         "were removed from this request to fit the token budget. Nothing is lost: read any of them "
-        "back by handle (GET /v1/handles/<handle>, prefixes accepted).",
+        "back by handle (GET /v1/handles/<handle>, prefixes accepted)."),
     ]
     derived: dict[str, bytes] = {}
     older, recent = dropped[: max(0, len(dropped) - max_groups)], dropped[max(0, len(dropped) - max_groups):]
@@ -795,7 +797,8 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
     item's transform, followed by the redaction of secrets at ingest."""
     neutralised = {m.seq: m.neutralised for m in messages if m.neutralised}
     items: list[Item] = []
-    for event in (group.message, *group.results):
+    events: tuple[MessageEvent | ToolResultEvent, ...] = (group.message, *group.results)
+    for event in events:
         result = event if isinstance(event, ToolResultEvent) else None
         b = bounded[result.handle] if result is not None else None
         known: dict[str, Any] = {"seq": event.seq, "event_id": event.event_id, "kind": event.kind,
@@ -821,7 +824,7 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
                         elided_tokens=(b.elided_tokens or 0) if span else 0,
                         elided_bytes=span.bytes if span else None,
                         elided_lines=(span.first_line, span.last_line) if span else None)
-        elif group.pending and not group.results and not event.content.strip():
+        elif group.pending and not group.results and not group.message.content.strip():
             item = Item(**known, zone=None, representation=Representation.PENDING, pending_calls=group.pending,
                         why="every tool call of this turn still awaits its result; it enters with the first result")
         elif (reason := unsent_reason(group)) is not None:
@@ -837,6 +840,11 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
             item = replace(item, transforms=(*item.transforms, redaction_transform(event.redactions)))
         items.append(item)
     return items
+
+
+def _tool_text(messages: Sequence[LeafMessage], seq: int) -> str:
+    """The text of the tool message of ``seq`` among ``messages`` ("" when there is none)."""
+    return next((m.content for m in messages if m.role == "tool" and m.seq == seq), "")
 
 
 def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | None, shown: Callable[[], str],
@@ -878,7 +886,7 @@ class _GroupView:
     count learnt later changes the items only. Invalidation is applied per request, on top
     (``apply_invalidation``, ``_with_invalidation``)."""
 
-    __slots__ = ("events", "messages", "_bounded", "_items", "_warnings", "invalidated")
+    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "messages")
 
     def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
                  counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
@@ -1223,8 +1231,9 @@ def assemble_window(
                           if i.kind == "tool_result" and i.seq in states else i for i in evicted)
             continue
         if fitted is not None and index == newest:
-            seqs = set(group.seqs)
-            group_items: Sequence[Item] = _group_items(group, bounded, [m for m in conversation.leaf if m.seq in seqs],
+            group_seqs = set(group.seqs)
+            group_items: Sequence[Item] = _group_items(group, bounded,
+                                                       [m for m in conversation.leaf if m.seq in group_seqs],
                                                        KEPT, bindings, fitted=fitted)
         else:
             found_items = view._items.get((KEPT, known_counts[index]))  # inline: once per group and GET
@@ -1235,9 +1244,8 @@ def assemble_window(
             continue
         for item in group_items:
             if item.kind == "tool_result" and item.zone == "leaf" and item.seq in states:
-                item = _with_invalidation(item, plan, meter, lambda seq=item.seq, index=index: next(
-                    (m.content for m in raw_groups[index] if m.role == "tool" and m.seq == seq), ""), summary,
-                    view.invalidated)
+                item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
+                                          summary, view.invalidated)
                 if item.state == "current":
                     presented.update(x for x in item.bindings if "@r" in x)
             items.append(item)
@@ -1247,8 +1255,8 @@ def assemble_window(
                               representation=Representation.NOT_RENDERED,
                               why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
     if step is not None:
-        last = conversation.leaf[-1] if conversation.leaf else None
-        broken = last.neutralised if last is not None and last.seq == step.seq else 0
+        last_message = conversation.leaf[-1] if conversation.leaf else None
+        broken = last_message.neutralised if last_message is not None and last_message.seq == step.seq else 0
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
                           representation=Representation.VERBATIM, why="the next bounded step, last in the leaf",
                           transforms=(neutralise_transform(broken),) if broken else ()))

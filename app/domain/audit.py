@@ -39,7 +39,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from app.domain.compaction.evidence import (Claim, Finding, check_protected, claims_of, protected_inventory)
+from app.domain.compaction.evidence import Claim, Finding, check_protected, claims_of, protected_inventory
 from app.domain.notes import current_notes
 from app.domain.types import ArtifactWriteEvent, Contract, Event, MessageEvent, ToolResultEvent
 
@@ -229,7 +229,7 @@ def candidate_texts(candidate: Mapping[str, Any]) -> list[str]:
         tests = c.get("tests")
         if isinstance(tests, Mapping):
             out += [str(x) for x in tests.get("failed_ids", []) or []]
-        scope = c.get("scope") if isinstance(c.get("scope"), Mapping) else {}
+        scope = found if isinstance(found := c.get("scope"), Mapping) else {}
         out += [str(x) for x in scope.get("selection", []) or []]
         out += [f"{x.get('key')}={x.get('value')}" for x in scope.get("conditions", []) or [] if isinstance(x, Mapping)]
         out += [f"{x.get('artifact')}@r{x.get('revision')}" for x in scope.get("revisions", []) or []
@@ -247,9 +247,9 @@ def candidate_texts(candidate: Mapping[str, Any]) -> list[str]:
 _WS: Final = re.compile(r"\s+")
 _SENTENCE: Final = re.compile(r"[^.;\n]+")
 _BLANKET: Final = re.compile(r"\b(?:all|full|entire|whole|every|complete)\b[^.;\n]*\b(?:tests?|suites?|regressions?)\b"
-                             r"|\b(?:test )?suite\b|\bno (?:test )?failures\b|\bregression suite\b", re.I)
-_SUCCESS: Final = re.compile(r"\b(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|green|fixed|resolved|works?)\b", re.I)
-_NEGATED: Final = re.compile(r"\b(?:not|no|never|fail(?:s|ed|ing|ure|ures)?|errors?|broken)\b", re.I)
+                             r"|\b(?:test )?suite\b|\bno (?:test )?failures\b|\bregression suite\b", re.IGNORECASE)
+_SUCCESS: Final = re.compile(r"\b(?:pass(?:es|ed|ing)?|succeed(?:s|ed)?|green|fixed|resolved|works?)\b", re.IGNORECASE)
+_NEGATED: Final = re.compile(r"\b(?:not|no|never|fail(?:s|ed|ing|ure|ures)?|errors?|broken)\b", re.IGNORECASE)
 
 
 def _norm(text: Any) -> str:
@@ -275,7 +275,7 @@ def _prose_findings(where: str, text: str, claim: Claim) -> list[Finding]:
                                f"{sentence.strip()!r} claims the whole suite passed, but event {claim.seq} ran "
                                f"{claim.command!r} ({ran if ran is not None else 'unknown'} test(s), outcome "
                                f"{run.outcome if run else 'no test run'})"))
-        elif run is not None and run.outcome != "passed" and re.search(r"\btests?\b|\bpass", sentence, re.I):
+        elif run is not None and run.outcome != "passed" and re.search(r"\btests?\b|\bpass", sentence, re.IGNORECASE):
             out.append(Finding("contradicts_event", f"{where}.text",
                                f"{sentence.strip()!r} claims success, but event {claim.seq}'s test run is {run.outcome}"))
     return out
@@ -359,7 +359,7 @@ def _notes_findings(candidate: Mapping[str, Any], events: Sequence[Event]) -> li
                        ("obligations", [{"key": o.key, "text": o.text, "status": o.status} for o in notes.obligations])):
         got = {str(x.get("key")): x for x in candidate.get(name, []) if isinstance(x, Mapping)}
         for entry in host:
-            mine = got.pop(entry["key"], None)
+            mine = got.pop(str(entry["key"]), None)
             if mine is None or {k: mine.get(k) for k in entry} != entry:
                 out.append(Finding("missing_or_altered", f"{name}:{entry['key']}",
                                    f"{name[:-1]} {entry['key']!r} must read {entry}, the candidate has {mine}"))

@@ -6,8 +6,8 @@ All quantities are tokens of the profile's tokenizer, counted on the rendered re
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from app.domain.errors import PinnedOverBudget
 from app.domain.types import BUDGET_ROLES

@@ -34,7 +34,6 @@ from app.domain.state import LayoutState, PreviousRequest, RememberedIds, Sessio
 from app.domain.supersession import InvalidationOptions
 from app.domain.types import Event, Session
 
-
 _CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
 _TOKENS = attrgetter("tokens")
 _ELIDED_TOKENS = attrgetter("elided_tokens")
@@ -148,7 +147,8 @@ def plan_request(
     digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
-                          prev_ids=trusted.packed if prev_state else None, prev_chain=trusted.chain if prev_state else None)
+                          prev_ids=trusted.packed if trusted is not None and prev_state else None,
+                          prev_chain=trusted.chain if trusted is not None and prev_state else None)
     divergence = None
     if reuse.first_divergence_offset is not None and trusted is not None:
         divergence = _with_invalidation(Divergence(**explain_divergence(trusted.layout, digest,

@@ -51,7 +51,7 @@ class TokenMeter(Protocol):
         only a window at each end (:func:`app.domain.cuts.windowed_head_tail`), or None when
         ``text`` has no more than ``head_tokens + tail_tokens`` tokens."""
 
-    def measure(self, conversation: "Conversation") -> Measurement:
+    def measure(self, conversation: Conversation) -> Measurement:
         """Render ``conversation`` with the chat template and count it exactly."""
 
 
@@ -71,10 +71,10 @@ class WireFormat(Protocol):
         """True when the body marks cache breakpoints at the end of the root, the trunk
         and the request (Anthropic's ``cache_control``)."""
 
-    def serialize(self, conversation: "Conversation", measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
+    def serialize(self, conversation: Conversation, measurement: Measurement) -> tuple[Mapping[str, Any], bytes]:
         """The body for ``conversation`` and its canonical bytes (what byte-identity and
         ``request_sha256`` are computed on)."""
 
-    def layout_warnings(self, conversation: "Conversation") -> Sequence[str]:
+    def layout_warnings(self, conversation: Conversation) -> Sequence[str]:
         """What the format itself changes or cannot carry in ``conversation`` (manifest
         ``layout_warnings`` lines; none for most formats)."""

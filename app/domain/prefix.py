@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any, AnyStr, Literal, cast
 
 __all__ = [
-    "CacheModel",
     "CacheKind",
+    "CacheModel",
     "PrefixState",
     "ReuseReport",
     "block_hashes",
@@ -301,7 +301,7 @@ class ReuseReport:
 
 
 def _check_breakpoints(breakpoints: Sequence[int], n: int, model: CacheModel) -> tuple[int, ...]:
-    bps = tuple(sorted(set(int(b) for b in breakpoints)))
+    bps = tuple(sorted({int(b) for b in breakpoints}))
     if model.kind == "anthropic" and len(bps) > model.max_breakpoints:
         raise ValueError(f"at most {model.max_breakpoints} cache breakpoints, got {len(bps)}")
     for b in bps:

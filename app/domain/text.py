@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, AnyStr
+from typing import Any, AnyStr, Self
 
 from app.domain.manifest import Transform
 
@@ -86,7 +86,7 @@ class ControlStrings(tuple[str, ...]):
 
     pattern: re.Pattern[str] | None
 
-    def __new__(cls, strings: Iterable[str] = ()) -> ControlStrings:
+    def __new__(cls, strings: Iterable[str] = ()) -> Self:
         self = super().__new__(cls, strings)
         usable = sorted({s for s in self if len(s) >= 2}, key=lambda s: (-len(s), s))
         self.pattern = re.compile("|".join(re.escape(s) for s in usable)) if usable else None
@@ -150,8 +150,8 @@ def split_lines(data: AnyStr) -> list[AnyStr]:
     other separators that ``splitlines`` also breaks on are ordinary characters here; a
     last line without a newline still counts; no data, no line."""
     newline = b"\n" if isinstance(data, bytes) else "\n"
-    parts = data.split(newline)  # type: ignore[arg-type]
-    lines = [part + newline for part in parts[:-1]]  # type: ignore[operator]
+    parts = data.split(newline)
+    lines = [part + newline for part in parts[:-1]]
     if parts[-1]:
         lines.append(parts[-1])
     return lines

@@ -28,13 +28,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from weakref import WeakKeyDictionary
 
 from app.adapters import miniswe
 from app.domain.compaction.record import call_text, render_record
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
 from app.domain.manifest import InvalidationReport, Item
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
+
+if TYPE_CHECKING:
+    from app.tokenizers.hf import HFChatMeter
 
 __all__ = ["POLICIES", "AppendPolicy", "EvalContext", "Policy", "PolicyRun", "RequestView", "ServicePolicy",
            "get_policy"]
@@ -102,8 +106,13 @@ class PolicyRun(Protocol):
 
 
 class Policy(Protocol):
-    name: str
-    infer_bindings: bool  # which events the replay posts to it
+    @property
+    def name(self) -> str:
+        """The policy's name in reports."""
+
+    @property
+    def infer_bindings(self) -> bool:
+        """Which events the replay posts to it (with inferred read bindings or as recorded)."""
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
         """A run over one trajectory."""
@@ -135,6 +144,10 @@ def transcript_conversation(messages: Sequence[dict[str, Any]]) -> Conversation:
                         trunk=messages[1]["content"], leaf=tuple(leaf))
 
 
+# meter -> its sibling rendering reasoning (as_sent_meter); weak: it goes with its meter
+_AS_SENT: WeakKeyDictionary[HFChatMeter, HFChatMeter] = WeakKeyDictionary()
+
+
 def as_sent_meter(meter: Any) -> Any:
     """The profile's meter, rendering assistant reasoning the way the agent sent it: the
     DeepSeek reasoner traces resent ``reasoning_content``, which the Qwen3 template
@@ -143,11 +156,11 @@ def as_sent_meter(meter: Any) -> Any:
     from app.tokenizers.hf import HFChatMeter
 
     if isinstance(meter, HFChatMeter) and not meter.render_reasoning:
-        sibling = getattr(meter, "_ctxd_eval_as_sent", None)
+        sibling = _AS_SENT.get(meter)
         if sibling is None:
             sibling = HFChatMeter(meter.tokenizer, encoder=meter.encoder, render_reasoning=True,
                                   render_cache=meter.render_cache)
-            meter._ctxd_eval_as_sent = sibling  # one per process, like the meter itself
+            _AS_SENT[meter] = sibling  # one per process, like the meter itself
         return sibling
     return meter
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from app.adapters import miniswe
 from app.adapters.bash_effects import command_of
-from app.eval import metrics
 from app.domain.manifest import InvalidationReport
+from app.eval import metrics
 from app.eval.policies import EvalContext, RequestView, get_policy
 from app.traces import resolve_trace, traces_dir
 
@@ -393,7 +393,7 @@ def _run_pool(tasks: list[Path], policies: list[str], profile: str, db_dir: str,
         while True:
             try:
                 advance(q.get_nowait())
-            except Exception:
+            except (queue_mod.Empty, EOFError, OSError):
                 break
         manager.shutdown()
     return results
@@ -411,8 +411,14 @@ class _progress:
     def __enter__(self) -> Callable[[int], None]:
         if not self.enabled:
             return lambda n: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-            TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._bar = Progress(TextColumn("replaying model calls"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TimeRemainingColumn(), transient=False)

@@ -157,36 +157,36 @@ def sweep_rows(policies: dict[str, Any], info: dict[str, Any]) -> list[dict[str,
 
 
 NOTES = [
-    "append: the whole transcript as the agent sent it (tool messages' recorded content, wrapper and 10k-character "
+    ("append: the whole transcript as the agent sent it (tool messages' recorded content, wrapper and 10k-character "
     "cuts included, and the assistant reasoning_content the reasoner traces resent, which the Qwen3 template "
     "renders), rendered with the profile's chat template and tools and counted exactly. ctxd's requests do not "
     "render reasoning (profile render_reasoning = false), so part of the compression on reasoner traces is dropped "
-    "reasoning. Requests above input_limit are counted anyway (that is the point of over_limit).",
-    "window: the walking-skeleton policy through the service functions of the API (create_session, ingest_events, "
-    "assemble_request) on a temporary SQLite database, events exactly as recorded.",
-    "select: ctxd's default pipeline through the same path, fed the events with inferred read bindings and artifact "
+    "reasoning. Requests above input_limit are counted anyway (that is the point of over_limit)."),
+    ("window: the walking-skeleton policy through the service functions of the API (create_session, ingest_events, "
+    "assemble_request) on a temporary SQLite database, events exactly as recorded."),
+    ("select: ctxd's default pipeline through the same path, fed the events with inferred read bindings and artifact "
     "writes. Until compaction and invalidation exist, select == window plus bindings: the same turns are kept and "
     "evicted; the trunk's elision note differs only in the event seq numbers it cites (the write events take seq "
-    "numbers), a few tokens per eviction.",
-    "cached_tokens: the profile's cache model (vllm_blocks, 16-token blocks) against the previous request of the same "
-    "run; uncached = input - cached. cost_usd counts input only.",
-    "stale_support (eq. 7): (call, observation) pairs where the observation read an artifact written after the read "
+    "numbers), a few tokens per eviction."),
+    ("cached_tokens: the profile's cache model (vllm_blocks, 16-token blocks) against the previous request of the same "
+    "run; uncached = input - cached. cost_usd counts input only."),
+    ("stale_support (eq. 7): (call, observation) pairs where the observation read an artifact written after the read "
     "and before the call, and a tool message of the request still shows the observation's text (its first 200 "
     "characters), with no tombstone or notice naming the write (path@rN). stale_support_rate = stale_support / "
     "superseded_pairs. stale_support_items: the same pairs judged per manifest item (service policies): the item "
-    "in the request does not say state historical naming the write (append has no manifest: its text count).",
-    "invalidation (select policies): per call, summed: tombstones shown in place and their tokens against the tokens "
+    "in the request does not say state historical naming the write (append has no manifest: its text count)."),
+    ("invalidation (select policies): per call, summed: tombstones shown in place and their tokens against the tokens "
     "of the outputs they replaced; observations kept with a notice, the notices' tokens and the stale tokens they "
     "leave in the request. select-tombstone and select-notice apply one rule to every superseded observation, so "
     "their input, cached and uncached tokens against each other give the tombstone-versus-notice token and cache "
-    "effect.",
-    "grounding: for each call, the identifiers (paths, file names, dotted names, snake_case and CamelCase words, "
+    "effect."),
+    ("grounding: for each call, the identifiers (paths, file names, dotted names, snake_case and CamelCase words, "
     "line numbers >= 10 written as 'line N', 'file.py:N' or a sed range) of the real agent's next message and "
     "command that already appeared in the transcript before the call and that the root (system instructions + "
     "tool declarations) does not hold; the fraction found in the request text as whole tokens; mean over calls "
     "with at least one such identifier. grounding_via_handle also counts identifiers found in the payloads behind "
     "handles the request names (read back with read_handle). append holds the whole history, so its grounding is "
-    "1.0 by construction.",
+    "1.0 by construction."),
 ]
 
 
@@ -238,15 +238,15 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
     lines = [
         "# ctxd eval: context policies replayed on recorded trajectories",
         "",
-        f"Profile `{results['profile']}` (W = {info['window']:,}, O = {info['output_reserve']:,}, "
+        (f"Profile `{results['profile']}` (W = {info['window']:,}, O = {info['output_reserve']:,}, "
         f"M = {info['headroom']:,}, input_limit = {info['input_limit']:,}, watermarks T_hi / T_lo = "
         f"{_fmt((info.get('watermarks') or {}).get('t_hi'))} / {_fmt(info.get('low_watermark'))}, K = "
         f"{_fmt((info.get('watermarks') or {}).get('keep_groups'))}, record budget = "
         f"{_fmt((info.get('watermarks') or {}).get('record_tokens'))}, cache {info['cache']}); prices ${results['prices_usd_per_mtok']['uncached_input']}"
         f" per million uncached and ${results['prices_usd_per_mtok']['cached_input']} per million cached input tokens "
-        "(output not counted).",
-        f"{len(results['traces'])} traces, {results['calls_per_policy']:,} model calls per policy, "
-        f"{len(pols)} policies; {results['runtime_seconds']:.1f} s with {results['workers']} worker process(es).",
+        "(output not counted)."),
+        (f"{len(results['traces'])} traces, {results['calls_per_policy']:,} model calls per policy, "
+        f"{len(pols)} policies; {results['runtime_seconds']:.1f} s with {results['workers']} worker process(es)."),
         "",
         "## Totals",
         "",
@@ -273,10 +273,10 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
                      "largest request", "errors", *(f"{r} tokens" for r in ROLES)], rows)
     over = results.get("over_invalidation") or {}
     if over:
-        lines += ["", f"Over-invalidation of the inferred bindings (select): {over['over'] + over['coarse']} of "
+        lines += ["", (f"Over-invalidation of the inferred bindings (select): {over['over'] + over['coarse']} of "
                       f"{over['writes']} writes ({over['rate']:.2%}) marked an observation of an artifact the command "
                       f"did not name ({over['over']} through an edge to another artifact, {over['coarse']} through a "
-                      f"tree write expanded to a file it did not name); {over['marked']} markings in all."]
+                      f"tree write expanded to a file it did not name); {over['marked']} markings in all.")]
     lines += ["", "Invalidation (seed 000 table 9; tokens summed over calls):", ""]
     rows = [[p, _fmt(e["total"]["stale_support"]), _fmt(e["total"]["stale_support_items"])]
             + [_fmt(e["total"]["invalidation"][k]) for k in ("tombstones", "tombstone_tokens", "replaced_tokens",
@@ -298,8 +298,8 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
                          "uncached tokens"], rows)
     prov = results["provider"]["total"]
     lines += ["", "## What the provider billed (the real run)", "",
-              "Sums over the trajectories' recorded usage: DeepSeek's tokenizer and its own prompt cache, so a "
-              "reference, not a target; cost as recorded (output included).", ""]
+              ("Sums over the trajectories' recorded usage: DeepSeek's tokenizer and its own prompt cache, so a "
+              "reference, not a target; cost as recorded (output included)."), ""]
     lines += _table(["prompt_tokens", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens", "hit ratio", "cost"],
                     [[_fmt(prov["prompt_tokens"]), _fmt(prov["prompt_cache_hit_tokens"]),
                       _fmt(prov["prompt_cache_miss_tokens"]), _fmt(prov["reuse_ratio"], "pct"), _fmt(prov["cost"], "usd")]])

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from app.domain.assembly import assemble_window
+from app.domain.assembly import Assembly, assemble_window
 from app.domain.budget import Budget
 from app.domain.cuts import windowed_head_tail
 from app.domain.layout import Conversation, LeafMessage
@@ -190,7 +190,7 @@ def turn_events(label: str, tokens: int, seq: int) -> list[Event]:
 
 
 def _assemble(p: SeedParams, session: Session, events: Sequence[Event], meter: UnitMeter, budget: Budget,
-              cut: int = 0):  # -> Assembly
+              cut: int = 0) -> Assembly:
     return assemble_window(session, events, budget=budget, meter=meter, item_cap_tokens=BIG, previous_cut_seq=cut)
 
 

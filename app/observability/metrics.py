@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
 from app.observability.multiproc import dead_worker_pids, multiprocess_dir
 
@@ -96,7 +103,7 @@ def worker_stopped() -> None:
     WORKERS.set(0)
     path = multiprocess_dir()
     if path is not None:
-        multiprocess.mark_process_dead(os.getpid(), path)
+        multiprocess.mark_process_dead(os.getpid(), path)  # type: ignore[no-untyped-call]  # unannotated upstream
 
 
 def exposition() -> bytes:
@@ -107,7 +114,7 @@ def exposition() -> bytes:
     if path is None:
         return generate_latest()
     for pid in dead_worker_pids(path):
-        multiprocess.mark_process_dead(pid, path)
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]  # unannotated upstream
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=path)
+    multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]  # unannotated upstream
     return generate_latest(registry)

@@ -33,7 +33,10 @@ class TenantRateLimiter:
         self.items: list[RateLimitItem] = parse_many(spec) if spec.strip() else []
         uri = redis_url or "memory://"
         options = {"key_prefix": namespace} if redis_url else {}
-        self.storage: Storage = storage_from_string(uri, **options)
+        storage = storage_from_string(uri, **options)
+        if not isinstance(storage, Storage):  # an async+ scheme: this limiter is synchronous
+            raise TypeError(f"rate limit storage: {uri.split(':', 1)[0]}: is asynchronous")
+        self.storage: Storage = storage
         self.limiter = MovingWindowRateLimiter(self.storage)
 
     def check(self, tenant_id: str) -> None:

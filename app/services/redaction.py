@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.plugins.base import RegexBasedDetector
+from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
 
 from app.domain.redaction import Redaction, Span, merge, pattern_spans, redact_json_text, redact_text
 from app.observability import metrics
@@ -43,8 +44,10 @@ def _slug(secret_type: str) -> str:
 @lru_cache(maxsize=1)
 def plugins() -> tuple[tuple[str, RegexBasedDetector], ...]:
     """(kind, plugin) of every detect-secrets regex plugin used."""
-    out = []
-    for secret_type, cls in sorted(get_mapping_from_secret_type_to_class().items()):
+    out: list[tuple[str, RegexBasedDetector]] = []
+    # detect-secrets types the mapping with an unbound TypeVar: state its bound
+    mapping: Mapping[str, type[BasePlugin]] = get_mapping_from_secret_type_to_class()
+    for secret_type, cls in sorted(mapping.items()):
         if cls.__name__ in EXCLUDED or not issubclass(cls, RegexBasedDetector):
             continue
         out.append((_slug(secret_type), cls()))
@@ -119,16 +122,16 @@ def find_secrets(text: str) -> list[Span]:
     return merge(spans)
 
 
-def _count(kinds: tuple[str, ...]) -> None:
+def count_redactions(kinds: Sequence[str]) -> None:
+    """``ctxd_redactions_total`` += 1 per kind redacted (call it once the redacted event is
+    committed: app/services/sessions.py)."""
     for kind in kinds:
         metrics.REDACTIONS.labels(kind).inc()
 
 
 def redact_payload(text: str) -> Redaction:
     """A tool output (or any text) redacted."""
-    done = redact_text(text, find_secrets)
-    _count(done.kinds)
-    return done
+    return redact_text(text, find_secrets)
 
 
 def redact_event(body: dict[str, Any]) -> tuple[str, ...]:
@@ -151,5 +154,4 @@ def redact_event(body: dict[str, Any]) -> tuple[str, ...]:
             if done.changed:
                 call["arguments"] = done.text
                 kinds += done.kinds
-    _count(tuple(kinds))
     return tuple(kinds)

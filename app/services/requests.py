@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, MutableMapping, Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
@@ -32,6 +31,7 @@ from app.domain.manifest import Manifest, ManifestSummary
 from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_request
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
+from app.domain.recall import with_recall_tool
 from app.domain.state import PreviousRequest, SessionState
 from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, ToolResultEvent
@@ -39,8 +39,8 @@ from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
 from app.store import repository as repo
-from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.store.db import core_read, core_write
+from app.store.tenancy import link_payloads, own_payload, session_tenant
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -318,6 +318,15 @@ def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None
     return saved
 
 
+def served_state(state: SessionState, profile: Profile) -> SessionState:
+    """The session as its requests serve it: with the ``recall`` tool declaration after its
+    own tools when the profile enables recall (issue 14 item 3, app/domain/recall.py
+    ``with_recall_tool``), so it is rendered, counted (``tools`` role) and cached with them."""
+    if not profile.recall:
+        return state
+    return replace(state, session=with_recall_tool(state.session))
+
+
 def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
                      session_id: str, *, fmt: str = "openai", memo: AssemblyMemo,
                      read_factory: sessionmaker[OrmSession] | None = None,
@@ -351,7 +360,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         with core_read(read_factory or factory) as db:
             loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
-        plan = plan_request(loaded.state, loaded.events, policy=policy_for(profile, policy, watermarks),
+        plan = plan_request(served_state(loaded.state, profile), loaded.events,
+                            policy=policy_for(profile, policy, watermarks),
                             wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),

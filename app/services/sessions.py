@@ -5,25 +5,36 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from datetime import datetime
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import ControlTokenInText, EventConflict, InvalidEvent, PayloadTooLarge, SessionNotFound, UnknownProfile
+from app.domain.errors import (
+    ControlTokenInText,
+    EventConflict,
+    InvalidEvent,
+    PayloadTooLarge,
+    SessionNotFound,
+    UnknownProfile,
+)
 from app.domain.invalidation import EXTERNAL_KIND, UNKNOWN_KIND, resolve_read
 from app.domain.layout import canonical_json
+from app.domain.recall import searchable_texts
 from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
-from app.store import repository as repo
-from app.store.tenancy import own_payload
+from app.observability import metrics
 from app.services import redaction
+from app.store import repository as repo
+from app.store import search as search_store
+from app.store.db import after_commit
 from app.store.tables import ArtifactRow, SessionRow, utcnow
+from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
-from app.observability import metrics
 
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
@@ -173,7 +184,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     new_calls: dict[str, list[Any]] = {}  # call id -> [call seq, result seq | None], inserted at the end
     answers: list[tuple[str, int]] = []  # (call id declared in an earlier batch, result seq)
     new_outputs: list[str] = []  # handles of the tool outputs this batch stored
+    texts: list[tuple[int, str, str]] = []  # (seq, field, text) to index for search (issue 14 item 3)
     seen: dict[str, tuple[str, dict[str, Any]]] = {}
+    appended: dict[str, int] = {}  # events created by kind, and the kinds of secrets redacted: counted
+    redacted: list[str] = []       # in the metrics once the batch is committed (never a rolled-back one)
     results: list[dict[str, Any]] = []
     seq = row.last_seq
     plans: int | None = None  # plan versions stored so far (read once, at the batch's first plan)
@@ -192,6 +206,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             continue
         body = {k: v for k, v in event.items() if k not in ("event_id", "kind")}
         revision = None
+        rendered: str | None = None  # a tool result's text as requests render it (its redacted view)
         if kind == "message":
             reused = [c["call_id"] for c in body.get("tool_calls") or [] if c["call_id"] in calls]
             if reused:
@@ -204,6 +219,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             if redact and (kinds := redaction.redact_event(body)):
                 body["redactions"] = list(kinds)
+                redacted += kinds
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
@@ -222,6 +238,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             done = redaction.redact_payload(data.decode("utf-8")) if redact else None
+            rendered = done.text if done is not None and done.changed else data.decode("utf-8")
+            if done is not None:
+                redacted += done.kinds
             if done is not None and done.changed:
                 body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
                 body["redactions"] = list(done.kinds)
@@ -237,6 +256,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
             row.stored_bytes = (row.stored_bytes or 0) + len(data)
             done = redaction.redact_payload(body["text"]) if redact else None
+            if done is not None:
+                redacted += done.kinds
             if done is not None and done.changed:  # as a message: redacted in requests, whole behind the handle
                 body["text"] = done.text
                 body["redactions"] = list(done.kinds)
@@ -250,6 +271,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                                        "(POST /v1/sessions/{id}/children); this session has no parent", **where)
                 body["parent_seq"] = _return_conclusion(db, row.parent_id, child=session_id, child_seq=seq + 1,
                                                         text=body["text"], data=data)
+                appended["child_conclusion"] = appended.get("child_conclusion", 0) + 1
         elif kind == "hypothesis":
             # seqs are dense (1..last_seq), so an existing earlier event is 1 <= s <= seq
             unknown = sorted({s for s in body.get("depends_on") or [] if not 1 <= s <= seq})
@@ -258,13 +280,17 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                                    f"session (earlier seqs are 1..{seq})", depends_on=unknown, **where)
         seq += 1
         repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
+        texts.extend((seq, field, text) for field, text in searchable_texts(kind, body, rendered))
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
-        metrics.EVENTS_APPENDED.labels(kind).inc()
+        appended[kind] = appended.get(kind, 0) + 1
     repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
     repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq
     db.flush()
+    search_store.add_event_texts(db, session_id, texts)
+    if appended or redacted:
+        after_commit(db, lambda: _count_ingested(appended, redacted))
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
 
 
@@ -283,8 +309,8 @@ def _return_conclusion(db: OrmSession, parent_id: str, *, child: str, child_seq:
     event_id = f"child:{child}:{child_seq}"  # the server's; unique per child event, within 200 chars
     repo.append_event(db, session_id=parent.id, seq=seq, event_id=event_id, kind="child_conclusion", body=body,
                       body_sha256=_fingerprint(body))
+    search_store.add_event_texts(db, parent.id, [(seq, f, t) for f, t in searchable_texts("child_conclusion", body)])
     parent.last_seq = seq
-    metrics.EVENTS_APPENDED.labels("child_conclusion").inc()
     return seq
 
 
@@ -309,6 +335,12 @@ def create_child(db: OrmSession, profiles: ProfileRegistry, parent_id: str, *, g
                            meters=meters, model=model if model is not None else parent.model,
                            tenant_id=parent.tenant_id, parent_id=parent.id)
     return child
+
+
+def _count_ingested(appended: dict[str, int], redacted: Sequence[str]) -> None:
+    for kind, n in appended.items():
+        metrics.EVENTS_APPENDED.labels(kind).inc(n)
+    redaction.count_redactions(redacted)
 
 
 def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
@@ -346,13 +378,13 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
         if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
             entry["fetched_at"] = utcnow().timestamp()
         elif isinstance(entry.get("fetched_at"), str):
-            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"].replace("Z", "+00:00")).timestamp()
+            entry["fetched_at"] = datetime.fromisoformat(entry["fetched_at"]).timestamp()
 
 
 _COUNTING = threading.Lock()  # one background count at a time per process: it is CPU work of low priority
 
 
-def count_payload_tokens(uow: Callable[[], ContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
+def count_payload_tokens(uow: Callable[[], AbstractContextManager[OrmSession]], profiles: ProfileRegistry, meters: Any,
                          session_id: str, handles: Sequence[str]) -> tuple[str, dict[str, int]]:
     """Count the tokens of payloads ``handles`` of a session with its profile's tokenizer and
     store each count beside its payload (``payloads.token_counts``), once per payload and

@@ -33,15 +33,22 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Literal
+from typing import Any, Literal
 
 import httpx
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_fixed
 from sqlalchemy.orm import Session as OrmSession
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_fixed
 
-from app.domain.audit import (CANDIDATE_SCHEMA, audit_candidate, chunk_messages, evidence_items, host_record,
-                              summarizer_chunks)
+from app.domain.audit import (
+    CANDIDATE_SCHEMA,
+    audit_candidate,
+    chunk_messages,
+    evidence_items,
+    host_record,
+    summarizer_chunks,
+)
 from app.domain.compaction.evidence import Finding
 from app.domain.types import Contract, Event
 from app.observability import metrics
@@ -74,7 +81,7 @@ class SummarizerConfig:
     transport_attempts: int = 2  # per request: one more try after a connection error, a timeout or a 429/5xx
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "SummarizerConfig | None":
+    def from_settings(cls, settings: Any) -> SummarizerConfig | None:
         if not settings.summarizer_url:
             return None
         return cls(url=settings.summarizer_url, model=settings.summarizer_model, api_key=settings.summarizer_api_key,
@@ -219,7 +226,7 @@ class CandidateStore:
     """The latest :class:`SummaryOutcome` per session (bounded LRU, thread safe)."""
 
     max_sessions: int = 1024
-    _items: "OrderedDict[str, SummaryOutcome]" = field(default_factory=OrderedDict)
+    _items: OrderedDict[str, SummaryOutcome] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put(self, session_id: str, outcome: SummaryOutcome) -> None:
@@ -259,7 +266,7 @@ _RUNNING: set[str] = set()
 _RUNNING_LOCK = threading.Lock()
 
 
-def summarize_after_post(uow: Callable[[], ContextManager[OrmSession]], client: httpx.Client,
+def summarize_after_post(uow: Callable[[], AbstractContextManager[OrmSession]], client: httpx.Client,
                          config: SummarizerConfig, store: CandidateStore, session_id: str, *,
                          build: RecordBuilder = default_builder) -> SummaryOutcome | None:
     """The POST hook (run after the response): load the session's contract and events in

@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session as OrmSession
@@ -188,4 +188,4 @@ def prune_manifests(db: OrmSession, *, retention_days: float, now: datetime | No
     returns the manifests deleted (app/store/retention.py ``prune_manifests``)."""
     if retention_days <= 0:
         return 0
-    return retention.prune_manifests(db, older_than=(now or datetime.now(timezone.utc)) - timedelta(days=retention_days))
+    return retention.prune_manifests(db, older_than=(now or datetime.now(UTC)) - timedelta(days=retention_days))

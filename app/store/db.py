@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -77,6 +78,32 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW, **kwargs)
+
+
+_PENDING = "ctxd_after_commit"
+
+
+def _run_pending(db: OrmSession) -> None:
+    actions = db.info.pop(_PENDING, [])
+    for action in actions:
+        action()
+
+
+def _drop_pending(db: OrmSession) -> None:
+    db.info.pop(_PENDING, None)
+
+
+def after_commit(db: OrmSession, action: Callable[[], None]) -> None:
+    """Run ``action`` once ``db``'s current transaction has committed; never if it rolls back
+    (metrics count what was stored: a batch refused by its quota, or failing half-way, is not
+    counted). Actions run in the order given."""
+    pending = db.info.get(_PENDING)
+    if pending is None:
+        if not event.contains(db, "after_commit", _run_pending):
+            event.listen(db, "after_commit", _run_pending)
+            event.listen(db, "after_rollback", _drop_pending)
+        pending = db.info[_PENDING] = []
+    pending.append(action)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[OrmSession]:

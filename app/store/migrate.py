@@ -39,6 +39,25 @@ class SchemaBehind(RuntimeError):
             f"{', '.join(heads)}; run `ctxd migrate` (or set CTXD_AUTO_MIGRATE=true to migrate at start-up)")
 
 
+class SchemaAhead(RuntimeError):
+    """The database is at a revision this ctxd does not know: a newer ctxd migrated it (a
+    rollback to an older build). Not "behind": migrating cannot help."""
+
+    def __init__(self, current: tuple[str, ...], heads: tuple[str, ...]) -> None:
+        self.current, self.heads = current, heads
+        super().__init__(
+            f"the database schema is at revision {', '.join(current)}, which this ctxd does not know (its head is "
+            f"{', '.join(heads)}): a newer ctxd migrated it; run that version (or restore a matching backup)")
+
+
+def _known(current: tuple[str, ...]) -> None:
+    """Raises SchemaAhead when a revision of ``current`` is not in the code's migrations."""
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    revisions = {script.revision for script in scripts.walk_revisions()}
+    if any(rev not in revisions for rev in current):
+        raise SchemaAhead(current, tuple(scripts.get_heads()))
+
+
 def alembic_config(url: str) -> Config:
     """An alembic Config pointing at ``app/migrations`` with ``url`` as the database."""
     config = Config()
@@ -85,6 +104,7 @@ def migration_lock(url: str) -> Iterator[Connection | None]:
     (a file lock is held). Blocks while another process holds it."""
     if make_url(url).get_backend_name() != "postgresql":
         with _sqlite_lock(url):
+            log.debug("migration lock held (file lock)")
             yield None
         return
     engine = create_engine(url, poolclass=pool.NullPool)
@@ -92,6 +112,7 @@ def migration_lock(url: str) -> Iterator[Connection | None]:
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             conn.commit()
+            log.debug("migration lock held (pg_advisory_lock %d)", MIGRATION_LOCK_KEY)
             try:
                 yield conn
             finally:  # closing the connection releases it too (a crashed migrator holds nothing)
@@ -113,10 +134,12 @@ def upgrade_head(url: str | None = None) -> tuple[tuple[str, ...], tuple[str, ..
         config = alembic_config(url)
         if conn is None:
             before = current_revisions(url)
+            _known(before)
             command.upgrade(config, "head")
             return before, current_revisions(url)
         before = tuple(MigrationContext.configure(conn).get_current_heads())
         conn.commit()
+        _known(before)
         config.attributes["connection"] = conn  # app/migrations/env.py runs on it
         command.upgrade(config, "head")
         conn.commit()
@@ -127,12 +150,17 @@ def upgrade_head(url: str | None = None) -> tuple[tuple[str, ...], tuple[str, ..
 
 def prepare_schema(url: str, *, auto_migrate: bool) -> None:
     """At start-up: migrate to head under the lock (``auto_migrate``), else check that the
-    schema is at head. Raises :class:`SchemaBehind` naming the current and head revisions."""
+    schema is at head. A schema already at head takes no lock (replicas and workers that start
+    after the migration do not queue on it). Raises :class:`SchemaBehind` (auto-migration
+    off) or :class:`SchemaAhead` (a newer ctxd's revision), naming the current and head
+    revisions."""
+    current, heads = current_revisions(url), head_revisions()
+    if set(current) == set(heads):
+        return
+    _known(current)
     if auto_migrate:
         before, after = upgrade_head(url)
         if before != after:
             log.info("database migrated from %s to %s", ", ".join(before) or "(empty)", ", ".join(after))
         return
-    current, heads = current_revisions(url), head_revisions()
-    if set(current) != set(heads):
-        raise SchemaBehind(current, heads)
+    raise SchemaBehind(current, heads)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timezone
-from typing import Any, Iterable, Sequence
+from datetime import UTC
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import JSON, Connection, Row, bindparam, func, select, update
+from sqlalchemy import JSON, Connection, CursorResult, Result, Row, bindparam, func, select, update
 from sqlalchemy import insert as core_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -48,7 +49,6 @@ from app.store.tables import (
     utcnow,
 )
 
-
 #: What the repositories run statements on: an ORM session, or (on the GET path, which
 #: sends only Core statements) the session's Core connection, skipping the ORM's layers.
 Db = OrmSession | Connection
@@ -57,6 +57,12 @@ Db = OrmSession | Connection
 def core(db: Db) -> Connection:
     """The Core connection of ``db`` (its transaction begins here if it has not yet)."""
     return db if isinstance(db, Connection) else db.connection()
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE matched (-1 when the driver cannot tell). ``Session.execute``
+    returns the driver's CursorResult, typed as the Result of any statement."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def sha256_hex(data: bytes) -> str:
@@ -157,9 +163,8 @@ def put_payload(db: Db, data: bytes) -> str:
     insert = _upsert_insert(db)
     if insert is not None:
         db.execute(insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
-    elif db.get(PayloadRow, digest) is None:
-        db.add(PayloadRow(**values))
-        db.flush()
+    elif core(db).execute(select(PayloadRow.sha256).where(PayloadRow.sha256 == digest)).first() is None:
+        core(db).execute(core_insert(PayloadRow.__table__).values(**values))
     return digest
 
 
@@ -261,8 +266,8 @@ def answer_tool_calls(db: OrmSession, session_id: str, answers: Sequence[tuple[s
                                      table.c.result_seq.is_(None))
                  .values(result_seq=bindparam("rseq")))
     result = db.execute(statement, [{"cid": call_id, "rseq": seq} for call_id, seq in answers])
-    if result.rowcount not in (-1, len(answers)):
-        raise RuntimeError(f"tool calls of session {session_id!r}: {len(answers)} results, {result.rowcount} calls answered")
+    if (matched := rowcount(result)) not in (-1, len(answers)):
+        raise RuntimeError(f"tool calls of session {session_id!r}: {len(answers)} results, {matched} calls answered")
 
 
 def append_event(db: OrmSession, *, session_id: str, seq: int, event_id: str, kind: str, body: dict[str, Any],
@@ -320,7 +325,7 @@ def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
     kind, body, created_at``); ``payloads``: handle -> text of the tool results' texts."""
     body = row.body
     created = row.created_at
-    at = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).timestamp() if created else None
+    at = (created if created.tzinfo else created.replace(tzinfo=UTC)).timestamp() if created else None
     if row.kind == "message":
         return MessageEvent(
             seq=row.seq, event_id=row.event_id, role=body["role"], content=body.get("content") or "",
@@ -550,10 +555,10 @@ def compare_and_set_layout(db: Db, session_id: str, expected: LayoutState, new: 
         done = db.execute(_LAYOUT_CAS_RECORD, params | {"record": record})
     else:
         done = db.execute(_LAYOUT_CAS, params)
-    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
+    return rowcount(done) == 1
 
 
-def load_record(db: OrmSession, session_id: str) -> tuple[int, int, dict[str, Any] | None] | None:
+def load_record(db: Db, session_id: str) -> tuple[int, int, dict[str, Any] | None] | None:
     """``(cut_seq, passes, record JSON or None)`` of the session's layout state; None
     without one."""
     row = db.execute(select(LayoutStateRow.cut_seq, LayoutStateRow.passes, LayoutStateRow.record)

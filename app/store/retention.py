@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import and_, delete, func, select
 from sqlalchemy.orm import Session as OrmSession
 
+from app.store import repository as repo
 from app.store.tables import ManifestRow
 
 
@@ -28,5 +29,5 @@ def prune_manifests(db: OrmSession, *, older_than: datetime) -> int:
         result = db.execute(delete(ManifestRow).where(where, ManifestRow.id < keep_from,
                                                       ManifestRow.created_at < older_than)
                             .execution_options(synchronize_session=False))
-        deleted += int(result.rowcount or 0)
+        deleted += max(0, repo.rowcount(result))
     return deleted

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text,
-                        UniqueConstraint)
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+    if TYPE_CHECKING:  # every row class here maps a Table (SQLAlchemy types it as any FromClause)
+        __table__: ClassVar[Table]
 
 
 class SessionRow(Base):
@@ -35,7 +49,7 @@ class SessionRow(Base):
     stored_bytes: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # the parent session of a sub-agent's child session (issue 16, migration 0010_session_parent);
+    # the parent session of a sub-agent's child session (issue 16, migration 0011_session_parent);
     # deleting a parent that still has children is refused (409), so the link never dangles
     parent_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("sessions.id", name="fk_sessions_parent_id"),
                                                   nullable=True, default=None,
@@ -197,3 +211,21 @@ class PayloadOwnerRow(Base):
     sha256: Mapped[str] = mapped_column(String(64), ForeignKey("payloads.sha256"), primary_key=True)
     session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(32))
+
+
+class EventTextRow(Base):
+    """The searchable text of an event (issue 14 item 3, app/domain/recall.py
+    ``searchable_texts``): one row per field (a tool result's rendered payload, a message's
+    content, reasoning, tool calls, ...), written at ingest, backfilled by migration
+    0010_event_search. Candidate rows are found through a trigram index the migration builds
+    beside it: PostgreSQL ``pg_trgm`` (GIN, ``ILIKE``), SQLite the FTS5 ``trigram`` table
+    ``event_texts_fts`` (kept in step by triggers)."""
+
+    __tablename__ = "event_texts"
+    __table_args__ = (Index("ix_event_texts_session_seq", "session_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    field: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)

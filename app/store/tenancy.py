@@ -4,7 +4,9 @@ and deletion. Rows never leave ``app/store``; services call these and never comm
 from __future__ import annotations
 
 from datetime import datetime
+
 from sqlalchemy import and_, delete, exists, func, or_, select, update
+from sqlalchemy import insert as insert_row
 from sqlalchemy.orm import Session as OrmSession
 
 from app.store import repository as repo
@@ -40,7 +42,7 @@ def revoke_key(db: OrmSession, key_id: str) -> bool:
     """Mark the key revoked; False when there is no such key or it was revoked already."""
     result = db.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id, ApiKeyRow.revoked_at.is_(None))
                         .values(revoked_at=utcnow()))
-    return bool(result.rowcount)
+    return repo.rowcount(result) > 0
 
 
 def list_keys(db: OrmSession) -> list[tuple[str, str, datetime, datetime | None]]:
@@ -52,7 +54,7 @@ def list_keys(db: OrmSession) -> list[tuple[str, str, datetime, datetime | None]
 
 # --- sessions -------------------------------------------------------------------------
 
-def session_tenant(db: OrmSession, session_id: str) -> str | None:
+def session_tenant(db: repo.Db, session_id: str) -> str | None:
     """The tenant of session ``session_id``, or None when there is no such session."""
     return db.execute(select(SessionRow.tenant_id).where(SessionRow.id == session_id)).scalar_one_or_none()
 
@@ -78,7 +80,7 @@ def tenant_stored_bytes(db: OrmSession, tenant_id: str) -> int:
 
 # --- payload ownership ----------------------------------------------------------------
 
-def own_payload(db: OrmSession, data: bytes, *, session_id: str, tenant_id: str) -> str:
+def own_payload(db: repo.Db, data: bytes, *, session_id: str, tenant_id: str) -> str:
     """Store ``data`` once under its sha256 (``repository.put_payload``) and link it to the
     session; returns the handle.
 
@@ -98,7 +100,7 @@ def own_payload(db: OrmSession, data: bytes, *, session_id: str, tenant_id: str)
     return handle
 
 
-def link_payloads(db: OrmSession, handles: list[str], *, session_id: str, tenant_id: str) -> None:
+def link_payloads(db: repo.Db, handles: list[str], *, session_id: str, tenant_id: str) -> None:
     """Link existing payloads ``handles`` to the session (no-op for links that exist)."""
     insert = repo._upsert_insert(db)
     rows = [{"sha256": h, "session_id": session_id, "tenant_id": tenant_id} for h in sorted(set(handles))]
@@ -110,9 +112,9 @@ def link_payloads(db: OrmSession, handles: list[str], *, session_id: str, tenant
             db.execute(insert(PayloadOwnerRow).values(chunk).on_conflict_do_nothing())
         else:  # pragma: no cover - PostgreSQL and SQLite only
             for row in chunk:
-                if db.get(PayloadOwnerRow, (row["sha256"], session_id)) is None:
-                    db.add(PayloadOwnerRow(**row))
-            db.flush()
+                if db.execute(select(PayloadOwnerRow.sha256).where(PayloadOwnerRow.sha256 == row["sha256"],
+                                                                   PayloadOwnerRow.session_id == session_id)).first() is None:
+                    db.execute(insert_row(PayloadOwnerRow.__table__).values(**row))
 
 
 def find_owned_payloads(db: OrmSession, prefix: str, *, tenant_id: str, session_id: str | None = None,
@@ -155,6 +157,6 @@ def delete_session(db: OrmSession, session_id: str) -> dict[str, int]:
         linked = exists().where(PayloadOwnerRow.sha256 == PayloadRow.sha256)
         result = db.execute(delete(PayloadRow).where(PayloadRow.sha256.in_(chunk), ~linked)
                             .execution_options(synchronize_session=False))
-        deleted += int(result.rowcount or 0)
+        deleted += max(0, repo.rowcount(result))
     return {"payloads_deleted": deleted, "payloads_kept": len(handles) - deleted}
 

@@ -28,7 +28,8 @@ import logging
 import re
 import sys
 from bisect import bisect_left
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
@@ -143,7 +144,7 @@ def _shared_template_entry(m: LeafMessage, render_reasoning: bool) -> tuple[dict
     found = m.memo.get(key)
     if found is None:
         found = m.memo[key] = (_template_message(m, render_reasoning, arguments_text), {})
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def openai_to_template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -226,9 +227,9 @@ class HFChatMeter:
         self.control_strings = ControlStrings(control_strings(tokenizer))
         # payloads are immutable: a text is counted, and a capped tool output cut, once (keyed
         # by the text's sha256, so the memo does not hold the text)
-        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
-        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)
         self._heads: ByteLRU[str, tuple[int, int, int]] = ByteLRU(HEADS_BYTES, lambda key, _: len(key) + ENTRY_OVERHEAD)
         self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
             RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))

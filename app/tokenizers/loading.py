@@ -18,7 +18,7 @@ def package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise TokenizerUnavailable(f"package {package!r} is not installed", package=package)
-    return Path(list(spec.submodule_search_locations)[0]).resolve()
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
 def qwen3_tokenizer_dir() -> Path:

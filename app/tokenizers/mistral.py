@@ -104,7 +104,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from mistral_common.protocol.instruct.messages import (
     AssistantMessage,
@@ -114,11 +114,15 @@ from mistral_common.protocol.instruct.messages import (
 )
 from mistral_common.protocol.instruct.request import ChatCompletionRequest
 from mistral_common.protocol.instruct.tool_calls import Function, FunctionCall, Tool, ToolCall
+from mistral_common.tokens.tokenizers.base import Tokenized
 from mistral_common.tokens.tokenizers.instruct import (
     InstructTokenizerBase,
     InstructTokenizerV2,
 )
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+if TYPE_CHECKING:  # the request as this module builds it (generic in its message type)
+    Request: TypeAlias = ChatCompletionRequest[AssistantMessage | SystemMessage | ToolMessage | UserMessage]
 
 __all__ = [
     "DEFAULT_TEKKEN_FILE",
@@ -219,7 +223,7 @@ def map_tool_call_ids(ids: Iterable[str]) -> dict[str, str]:
 
 @dataclass
 class _Converted:
-    request: ChatCompletionRequest
+    request: Request
     warnings: list[str]
     origin: list[int]  # original message index of each request message
     id_map: dict[str, str] = field(default_factory=dict)
@@ -273,7 +277,8 @@ class MistralTekken:
     """
 
     def __init__(self, path: str) -> None:
-        from transformers import MistralCommonBackend  # heavy import, only when loading
+        # heavy import, only when loading (the module transformers' lazy top-level name resolves to)
+        from transformers.tokenization_mistral_common import MistralCommonBackend
 
         self.path = os.path.abspath(path)
         digest = hashlib.sha256()
@@ -282,7 +287,8 @@ class MistralTekken:
                 digest.update(chunk)
         self.fingerprint: str = digest.hexdigest()[:16]
         self.backend = MistralCommonBackend(tokenizer_path=self.path)
-        self.mistral: MistralTokenizer = self.backend.tokenizer
+        self.mistral: MistralTokenizer[UserMessage, AssistantMessage, ToolMessage, SystemMessage, Tokenized] = (
+            self.backend.tokenizer)
         instruct = self.mistral.instruct_tokenizer
         self.version: str = instruct.tokenizer.version.value
         # The segmenter mirrors InstructTokenizerBase.encode_instruct (through V2's
@@ -297,7 +303,7 @@ class MistralTekken:
 
     def to_mistral(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> tuple[ChatCompletionRequest, list[str]]:
+    ) -> tuple[Request, list[str]]:
         """Convert OpenAI-style messages + tools to a mistral-common request.
 
         Args:
@@ -560,9 +566,10 @@ class MistralTekken:
         owners = self._owners(converted, len(instruct.messages))
 
         it = mt.instruct_tokenizer
+        if not isinstance(it, InstructTokenizerV2):  # its tool markers are v2's (tekken is v3+)
+            raise NotImplementedError(f"{type(it).__name__}: segmenting needs a v2+ instruct tokenizer")
         it.validate_messages(instruct.messages)
-        if isinstance(it, InstructTokenizerV2):
-            it._validate_tool_results(request=instruct)
+        it._validate_tool_results(request=instruct)
         if instruct.truncate_at_max_tokens is not None:  # never set by to_mistral
             raise NotImplementedError("truncation is not segmented")
         first_user, last_user = it.find_first_last_user(instruct)

@@ -16,10 +16,12 @@ run is the trunk's own, e.g. a leaf user message merged into it); observations =
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from itertools import accumulate
-from typing import Any, Callable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any
 
 from mistral_common.exceptions import MistralCommonException
+from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.errors import ProviderRuleViolation
@@ -27,9 +29,8 @@ from app.domain.layout import Conversation
 from app.domain.ports import Measurement
 from app.domain.text import CUT_MARGIN, ControlStrings, cut_head_tail
 from app.tokenizers.hf import memoized_cuts
-from app.tokenizers.mistral import SEGMENT_FRAMING, SEGMENT_TOOLS, MistralTekken, default_tekken_path, load_tekken
+from app.tokenizers.mistral import MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
-
 
 #: Byte bounds of the meter's memos (app/caches.py; issue 9 item 7).
 SEGMENT_MEMO_BYTES = 64 * 1024 * 1024  # the segmenter's per-message ids (key text + 8 bytes an id)
@@ -92,12 +93,15 @@ class _EndSpans(Sequence[tuple[int, int]]):
 class MistralMeter:
     def __init__(self, tekken: MistralTekken) -> None:
         self.tekken = tekken
-        self._raw = tekken.mistral.instruct_tokenizer.tokenizer
+        raw = tekken.mistral.instruct_tokenizer.tokenizer
+        if not isinstance(raw, Tekkenizer):  # cuts read byte pieces (id_to_byte_piece): tekken only
+            raise NotImplementedError(f"{type(raw).__name__}: the mistral meter needs a tekken tokenizer")
+        self._raw = raw
         self._cache: MutableMapping[str, list[int]] = _BoundedDict()
         self.control_strings = ControlStrings(self._control_strings())
-        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,  # type: ignore[method-assign]
+        self.count_text = memoize(COUNT_MEMO_BYTES, key=text_key,
                                   sizeof=lambda _: 32 + ENTRY_OVERHEAD)(self._count_text)
-        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)  # type: ignore[method-assign]
+        self.head_tail, self.cut_ends = memoized_cuts(self._head_tail, HEAD_TAIL_MEMO_BYTES)
 
     @property
     def tokenizer_id(self) -> str:
@@ -106,7 +110,7 @@ class MistralMeter:
         return f"tekken-{self.tekken.fingerprint}"
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> "MistralMeter":
+    def from_spec(cls, spec: Mapping[str, Any], *, render_reasoning: bool = False) -> MistralMeter:
         path = spec.get("path") or default_tekken_path(str(spec.get("file", "tekken_240718.json")))
         return cls(load_tekken(str(path)))
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from app.domain.budget import Budget
 from app.domain.compaction.watermarks import Watermarks
@@ -34,6 +35,9 @@ class Profile:
     keep_groups: int = 3  # K: the newest turn groups a pass never folds
     record_tokens: int | None = None  # the progress record's budget (default: the task_state share)
     render_reasoning: bool = False
+    #: issue 14 item 3: add the ``recall`` tool declaration (app/domain/recall.py) after the
+    #: session's tools in every request (off by default)
+    recall: bool = False
     #: keyword arguments the serving engine passes to the chat template (vLLM and SGLang
     #: ``chat_template_kwargs``, e.g. Qwen3's ``enable_thinking = false``): rendered in the
     #: count and the tokens format, sent in the openai body
@@ -81,11 +85,18 @@ def _template_kwargs(value: Any, tokenizer: Mapping[str, Any]) -> dict[str, Any]
     """``chat_template_kwargs``: a table of JSON values, for a tokenizer with a chat template
     (mistral-common renders without one, so the mistral_tekken kind takes none)."""
     if not isinstance(value, Mapping):
-        raise ValueError("chat_template_kwargs must be a table")
+        raise TypeError("chat_template_kwargs must be a table")
     if value and tokenizer.get("kind") == "mistral_tekken":
         raise ValueError("chat_template_kwargs: the mistral_tekken tokenizer has no chat template to pass them to")
     json.dumps(value)  # TOML dates and times are not JSON: TypeError
     return dict(value)
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A TOML boolean (a string such as "false" would read as true: refused)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, not {value!r}")  # noqa: TRY004  (a profile file error: load_profiles reports ValueError)
+    return value
 
 
 def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
@@ -103,13 +114,14 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             keep_groups=int(raw.get("keep_groups", 3)),
             record_tokens=int(raw["record_tokens"]) if raw.get("record_tokens") else None,
             render_reasoning=bool(raw.get("render_reasoning", False)),
+            recall=_flag(raw.get("recall", False), "recall"),
             chat_template_kwargs=_template_kwargs(raw.get("chat_template_kwargs", {}), raw["tokenizer"]),
             shares=dict(raw.get("shares", {})),
             cache=dict(raw.get("cache", {"model": "vllm_blocks", "block_size": 16})),
             prices=dict(raw.get("prices", {})),
         )
-        profile.budget  # validates eq. 1 sizes
-        profile.watermarks  # validates eq. 3
+        _ = profile.budget  # validates eq. 1 sizes
+        _ = profile.watermarks  # validates eq. 3
         render_cache = profile.tokenizer.get("render_cache", "none")
         if render_cache not in RENDER_CACHES:
             raise ValueError(f"tokenizer.render_cache {render_cache!r} is not one of {', '.join(RENDER_CACHES)}")

@@ -450,7 +450,7 @@ class EncodedText:
     token, id known without encoding), ``"hit"`` or ``"miss"``.
     """
 
-    id_array: array = field(repr=False)  # uint32, native byte order
+    id_array: array[int] = field(repr=False)  # uint32, native byte order
     char_offsets: tuple[int, ...] = field(repr=False)
     token_offsets: tuple[int, ...] = field(repr=False)
     status: tuple[str, ...] = field(repr=False)

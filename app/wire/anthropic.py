@@ -42,9 +42,9 @@ def layout_warnings(conversation: Conversation) -> list[str]:
     ends with an assistant turn is a prefill (the model continues that text), which Claude
     models from 4.6 on refuse with 400 ("The conversation must end with a user message")."""
     if conversation.leaf and conversation.leaf[-1].role == "assistant":
-        return ["anthropic: the request ends with an assistant turn, sent as a prefill (its text trimmed of "
+        return [("anthropic: the request ends with an assistant turn, sent as a prefill (its text trimmed of "
                 "trailing whitespace); Claude models from 4.6 on refuse a prefill: post a user message or a "
-                "step before asking for the next request"]
+                "step before asking for the next request")]
     return []
 
 
@@ -84,7 +84,7 @@ def _blocks(m: LeafMessage) -> tuple[str, tuple[dict[str, Any], ...]]:
                 blocks.append({"type": "text", "text": m.content})
             role = "user"
         found = m.memo["anthropic"] = (role, tuple(blocks))
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def serialize(conversation: Conversation, *, model: str, max_tokens: int) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def _message(m: LeafMessage) -> tuple[dict[str, Any], bytes | None]:
         except TypeError:
             encoded = None
         found = m.memo["openai"] = (out, encoded)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def serialize(conversation: Conversation, *, model: str, max_tokens: int,

@@ -8,7 +8,8 @@ tokenizer renders text (HF templates), the rendered prompt text. vLLM's
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def serialize(ids: Sequence[int], text: str | None, *, model: str, max_tokens: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ QWEN3_OBSERVATIONS = int(QWEN3_LIMIT * 0.5)  # its observations share: 14080
 QWEN3_CAP = 2048  # item_cap_tokens
 
 
-@lru_cache(maxsize=None)
+@cache
 def qwen3_count() -> Callable[[str], int]:
     from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
 
@@ -31,7 +31,7 @@ def qwen3_count() -> Callable[[str], int]:
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
 
-@lru_cache(maxsize=None)
+@cache
 def tekken_count() -> Callable[[str], int]:
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
@@ -44,7 +44,7 @@ def tekken_count() -> Callable[[str], int]:
 COUNTERS = {"qwen3": qwen3_count, "mistral-tekken": tekken_count}
 
 
-@lru_cache(maxsize=None)
+@cache
 def payload(profile: str, tokens: int, tag: str) -> str:
     """A tool output of exactly ``tokens`` tokens of ``profile``'s tokenizer."""
     count = COUNTERS[profile]()
@@ -128,7 +128,7 @@ def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClien
         {f"old{t}": "folded" for t in range(4)} | {f"r-o{t}c0": "folded" for t in range(4)}
     trunk = body["messages"][1]["content"]
     for t in range(4):
-        folded = [e for e in manifest["elided"] if e["event_id"] == f"r-o{t}c0"][0]
+        folded = next(e for e in manifest["elided"] if e["event_id"] == f"r-o{t}c0")
         assert f"`cat o{t}c0.py` -> exit 0, 126 lines, 3,126 bytes; handle {folded['handle'][:12]}" in trunk
     assert manifest["compaction"]["pass"] and manifest["compaction"]["record"]["fold_seq"] == 9
     kept = {i["event_id"]: i["representation"] for i in manifest["items"]}

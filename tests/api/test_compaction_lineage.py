@@ -25,10 +25,10 @@ from tests.api.test_api import new_session
 from tests.tool_outputs import find
 
 EXAMPLES = [
-    dict(trace="pvlib__pvlib-python-1072__chat", command=r"test_fuentes -xvs 2>&1 \| tail -50"),
-    dict(trace="pylint-dev__astroid-1333__chat", command=r"git diff d0775d5f\.\.e36b4388 -- astroid/moduti"),
-    dict(trace="pvlib__pvlib-python-1707__reasoner", command=r"^cat \./pvlib/iam\.py$"),
-    dict(trace="sqlfluff__sqlfluff-2419__reasoner", command=r"yaml_test_cases_test\.py -x 2>&1 \| tail -10"),
+    {"trace": "pvlib__pvlib-python-1072__chat", "command": r"test_fuentes -xvs 2>&1 \| tail -50"},
+    {"trace": "pylint-dev__astroid-1333__chat", "command": r"git diff d0775d5f\.\.e36b4388 -- astroid/moduti"},
+    {"trace": "pvlib__pvlib-python-1707__reasoner", "command": r"^cat \./pvlib/iam\.py$"},
+    {"trace": "sqlfluff__sqlfluff-2419__reasoner", "command": r"yaml_test_cases_test\.py -x 2>&1 \| tail -10"},
 ]
 
 

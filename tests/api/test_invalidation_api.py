@@ -11,7 +11,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from tests.api.test_api import assert_problem, assistant, new_session, post, result
+from tests.api.test_api import assert_problem, new_session, post, result
 
 
 def write(event_id: str, artifact: str, **extra) -> dict:

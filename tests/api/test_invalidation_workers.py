@@ -7,7 +7,7 @@ after the decision, serve what one instance serves. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest

@@ -7,14 +7,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from app.api.schemas import ManifestOut
 from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
+from app.api.schemas import ManifestOut
 from app.main import create_app
 from app.services import requests as request_service
 from app.settings import Settings

@@ -23,11 +23,11 @@ examples, not at 100: lower MAX_EXAMPLES only knowingly.
 from __future__ import annotations
 
 import hashlib
-import json
 import itertools
-from collections import Counter
+import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -41,9 +41,9 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     ensure_resource_availability,
-    use_after_free,
     response_schema_conformance,
     status_code_conformance,
+    use_after_free,
 )
 
 from app.main import create_app

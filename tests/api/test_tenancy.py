@@ -167,7 +167,7 @@ def test_handles_are_scoped_to_the_tenant_and_session(app_client: TestClient, tw
     assert_problem(app_client.get(f"/v1/sessions/{other_sid}/handles/{handle}", headers=a), 404)
     # another tenant: 404 by full handle, by prefix, through its own session, like an absent handle
     absent_handle = "f" * 64
-    for path in (f"/v1/handles/{{h}}", f"/v1/sessions/{b_sid}/handles/{{h}}"):
+    for path in ("/v1/handles/{h}", f"/v1/sessions/{b_sid}/handles/{{h}}"):
         theirs = app_client.get(path.format(h=handle), headers=b)
         absent = app_client.get(path.format(h=absent_handle), headers=b)
         _same_problem(theirs, absent, absent_id=absent_handle, real_id=handle)
@@ -197,7 +197,7 @@ def test_prefix_lookups_resolve_only_within_the_callers_scope(app_client: TestCl
     After: each tenant's 8-character prefix resolves to its own payload."""
     a, b = two
     x, y = COLLIDING
-    a_sid, hx = session_with_output(app_client, a, x)
+    _a_sid, hx = session_with_output(app_client, a, x)
     b_sid, hy = session_with_output(app_client, b, y)
     assert hx[:8] == hy[:8] and hx != hy
     assert app_client.get(f"/v1/handles/{hx[:8]}", headers=a).content == x.encode()

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.domain.framing import unframe
-from tests.api.test_api import BASH, SESSION, assert_problem, new_session, post, result
+from tests.api.test_api import SESSION, assert_problem, new_session, post, result
 
 JSON = {"content-type": "application/json"}
 CUT = "\ud83d"  # half of 😀 (U+1F600), as an agent that cut an emoji in half sends it: "\ud83d"

@@ -3,6 +3,7 @@ sends its request through an httpx MockTransport that captures the body (no netw
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -70,7 +71,7 @@ def test_anthropic_sdk_sends_the_served_body(client: TestClient) -> None:
     assert list(body) == ["model", "max_tokens", "tools", "system", "messages"]
     messages = body["messages"]
     roles = [m["role"] for m in messages]
-    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:])), "strict alternation"
+    assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles)), "strict alternation"
     uses: list[str] = []
     for m in messages:
         for block in m["content"]:

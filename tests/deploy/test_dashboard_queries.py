@@ -58,7 +58,7 @@ class _Summarizer(BaseHTTPRequestHandler):
     """A chat-completions endpoint whose candidate record is ``{}``: the audit rejects it
     (schema findings), so ctxd keeps the deterministic record."""
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = json.dumps({"id": "x", "object": "chat.completion", "model": "summarizer",
                            "choices": [{"index": 0, "finish_reason": "stop",

@@ -3,8 +3,8 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fastapi.testclient import TestClient
 
 from app.adapters import miniswe
-
 
 
 @dataclass

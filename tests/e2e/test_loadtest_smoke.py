@@ -39,7 +39,7 @@ def test_locust_replay_smoke(server: str, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-u", "2", "-r", "2", "-t", "15s",
            "--stop-timeout", "10", "--host", server, "--only-summary", "--csv", str(prefix),
            "--ctxd-traces", ",".join(str(p) for p in SMOKE_TRACES), "--ctxd-max-calls", "8"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=180)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"locust exited {done.returncode}:\n{output[-4000:]}"
 

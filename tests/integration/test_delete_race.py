@@ -90,7 +90,7 @@ def _in_thread(work: Callable[[], None]) -> tuple[threading.Thread, list[BaseExc
     def run() -> None:
         try:
             work()
-        except BaseException as exc:  # reported by the test
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
             errors.append(exc)
 
     thread = threading.Thread(target=run)

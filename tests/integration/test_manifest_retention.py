@@ -4,8 +4,7 @@ rebuilt from stay, kept manifests read back whole, and the next request still wo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -42,7 +41,7 @@ def test_retention_keeps_chains_and_the_newest(settings: Settings) -> None:
         other = client.post("/v1/sessions", json=SESSION).json()["id"]
         only_old = _manifests(client, other, 2, "anthropic")
         engine = client.app.state.engine  # type: ignore[attr-defined]
-        long_ago = datetime.now(timezone.utc) - timedelta(days=40)
+        long_ago = datetime.now(UTC) - timedelta(days=40)
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE manifests SET created_at = :t WHERE id IN :ids")
                          .bindparams(sa.bindparam("ids", expanding=True)), {"t": long_ago, "ids": old + only_old})

@@ -15,7 +15,9 @@ from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
 from tests.api.test_api import SESSION, assistant, result
-from tests.integration.test_migration_0004_session_model import database_url  # noqa: F401 (fixture: both databases)
+from tests.integration import test_migration_0004_session_model
+
+database_url = test_migration_0004_session_model.database_url  # the fixture: both databases
 
 PREVIOUS = "0007_layout_deferral"
 

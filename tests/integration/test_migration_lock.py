@@ -24,8 +24,14 @@ from sqlalchemy import create_engine, text
 
 from app.main import create_app
 from app.settings import Settings
-from app.store.migrate import (MIGRATION_LOCK_KEY, SchemaBehind, alembic_config, current_revisions, head_revisions,
-                               migration_lock)
+from app.store.migrate import (
+    MIGRATION_LOCK_KEY,
+    SchemaBehind,
+    alembic_config,
+    current_revisions,
+    head_revisions,
+    migration_lock,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 N = 5
@@ -113,12 +119,12 @@ def test_serve_without_auto_migration_refuses_a_schema_behind_naming_the_revisio
     url = f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
     previous = _at_previous_revision(url)
     head = head_revisions()[0]
-    r = subprocess.run(_ctxd("serve", "--port", "1"), env=_env(url, CTXD_AUTO_MIGRATE="false"), capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(_ctxd("serve", "--port", "1"), env=_env(url, CTXD_AUTO_MIGRATE="false"), check=False,
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert f"error: the database schema is at revision {previous}, the code needs {head}; run `ctxd migrate`" in r.stderr
     assert current_revisions(url) == (previous,)  # untouched
-    r = subprocess.run(_ctxd("migrate"), env=_env(url), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(_ctxd("migrate"), env=_env(url), check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and f"migrated from {previous} to head ({head})" in r.stdout
 
 
@@ -126,16 +132,15 @@ def test_app_without_auto_migration_on_postgres_fails_at_start_then_starts_after
         postgres_database_factory: Callable[[], str], tmp_path: Path) -> None:
     url = postgres_database_factory()
     settings = Settings(data_dir=tmp_path, database_url=url, auto_migrate=False)
-    with pytest.raises(SchemaBehind) as info:
-        with TestClient(create_app(settings)):
-            pass
+    with pytest.raises(SchemaBehind) as info, TestClient(create_app(settings)):
+        pass
     assert info.value.current == () and info.value.heads == head_revisions()
     assert "(none: empty database)" in str(info.value)
     previous = _at_previous_revision(url)
-    with pytest.raises(SchemaBehind, match=f"at revision {previous}, the code needs {head_revisions()[0]}"):
-        with TestClient(create_app(settings)):
-            pass
-    assert subprocess.run(_ctxd("migrate"), env=_env(url), capture_output=True, timeout=120).returncode == 0
+    with pytest.raises(SchemaBehind, match=f"at revision {previous}, the code needs {head_revisions()[0]}"), \
+            TestClient(create_app(settings)):
+        pass
+    assert subprocess.run(_ctxd("migrate"), env=_env(url), check=False, capture_output=True, timeout=120).returncode == 0
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200
     # auto-migration on (the default) migrates a database that is behind at start
@@ -149,7 +154,7 @@ def test_the_wheel_ships_the_migrations(tmp_path: Path) -> None:
     """A non-editable install has env.py, the template and every revision (the image and
     `pip install .` run `ctxd migrate` from site-packages)."""
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                        str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+                        str(tmp_path), str(REPO)], check=False, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     (wheel,) = tmp_path.glob("ctxd-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -142,14 +142,14 @@ def test_layout_deferral_columns_up_down_up(empty_url: str) -> None:
 
 
 def test_session_parent_up_down_up(empty_url: str) -> None:
-    """Migration 0010_session_parent (issue 16): sessions stored at 0009 read back with no
+    """Migration 0011_session_parent (issue 16): sessions stored at 0010 read back with no
     parent; a child's link to its parent is stored and enforced (a parent that does not
     exist is refused by the foreign key); down drops the column keeping the sessions, up
     restores it empty."""
     config = alembic_config(empty_url)
     command.upgrade(config, "0002")
     _seed_at_0002(empty_url)
-    command.upgrade(config, "0009_progress_record")
+    command.upgrade(config, "0010_event_search")
     upgrade_head(empty_url)
     assert _rows(empty_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
     engine = create_engine(empty_url)
@@ -163,7 +163,7 @@ def test_session_parent_up_down_up(empty_url: str) -> None:
                 conn.execute(text("UPDATE sessions SET parent_id = 'nope' WHERE id = 's1'"))
     finally:
         engine.dispose()
-    command.downgrade(config, "0009_progress_record")
+    command.downgrade(config, "0010_event_search")
     engine = create_engine(empty_url)
     assert "parent_id" not in {c["name"] for c in inspect(engine).get_columns("sessions")}
     engine.dispose()

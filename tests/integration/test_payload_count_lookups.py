@@ -38,7 +38,7 @@ def test_count_lookups_stop_and_known_counts_are_read_once(tmp_path: Path) -> No
             {"event_id": "r1", "kind": "tool_result", "call_id": "c1", "payload": "one\n", "exit_code": 0},
             {"event_id": "r2", "kind": "tool_result", "call_id": "c2", "payload": "two\n", "exit_code": 0}])
         db.commit()
-    one, two = out["new_tool_outputs"]
+    one, _two = out["new_tool_outputs"]
     tokenizer_id = meters.get(profiles.get("qwen3")).tokenizer_id
     with factory() as db:  # one output's count is stored, the other's never is
         repo.store_token_counts(db, tokenizer_id, {one: 777})  # a distinctive value: read from storage

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.domain.audit import (CANDIDATE_SCHEMA, audit_candidate, estimate_tokens, evidence_items, host_record)
+from app.domain.audit import CANDIDATE_SCHEMA, audit_candidate, estimate_tokens, evidence_items, host_record
 from app.services.summarizer import SummarizerConfig, request_body, summarize_record
 from tests.domain_events import trace_session
 from tests.traces import TRACE_FILES
@@ -54,7 +54,7 @@ def server() -> Iterator[tuple[str, list[Script]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             script = holder[0]
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             script.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
@@ -125,7 +125,7 @@ def full_suite() -> dict[str, Any]:
 
 
 def test_correct_candidate_is_admitted(server) -> None:
-    outcome, script, _ = run(server, good())
+    outcome, _script, _ = run(server, good())
     assert outcome.source == "model" and outcome.record == good() and outcome.requests == 1
     assert outcome.rejections == () and outcome.error is None
 
@@ -168,7 +168,7 @@ def test_missing_constraint_is_rejected(server) -> None:
 
 
 def test_malformed_json_is_rejected(server) -> None:
-    outcome, script, deterministic = run(server, ("raw", '{"contract_version": 3, "task": '), retries=1)
+    outcome, _script, _deterministic = run(server, ("raw", '{"contract_version": 3, "task": '), retries=1)
     assert outcome.source == "deterministic" and outcome.requests == 2
     assert outcome.rejections[0][0].kind == "schema" and "not JSON" in outcome.rejections[0][0].detail
     # valid JSON of the wrong shape is a schema finding
@@ -177,7 +177,7 @@ def test_malformed_json_is_rejected(server) -> None:
 
 
 def test_feedback_then_admitted(server) -> None:
-    outcome, script, _ = run(server, full_suite(), good())
+    outcome, _script, _ = run(server, full_suite(), good())
     assert outcome.source == "model" and outcome.record == good() and outcome.requests == 2
     assert len(outcome.rejections) == 1
 
@@ -244,7 +244,7 @@ def test_claim_must_match_the_output_not_the_exit_code() -> None:
     c["claims"][i]["text"] = "test_fuentes passed (exit 0)."
     c["claims"][i]["evidence"] = []
     kinds = {(f.kind, f.field) for f in audit_candidate(c, events=events, contract=contract)}
-    assert {(f"contradicts_event", f"claims[{i}].tests.outcome"), ("contradicts_event", f"claims[{i}].text")} <= kinds
+    assert {("contradicts_event", f"claims[{i}].tests.outcome"), ("contradicts_event", f"claims[{i}].text")} <= kinds
     assert any(k == "missing_or_altered" and f.startswith("test_name:") for k, f in kinds), "the failed id was dropped"
 
 
@@ -275,7 +275,7 @@ def _strict(schema: Any) -> None:
 
 
 def test_request_body_is_valid_for_the_provider(server) -> None:
-    outcome, script, _ = run(server, good(), api_key="k-test")
+    _outcome, script, _ = run(server, good(), api_key="k-test")
     body = script.requests[0]["body"]
     assert script.requests[0]["path"] == "/v1/chat/completions" and script.requests[0]["auth"] == "Bearer k-test"
     assert set(body) == {"model", "messages", "response_format", "max_tokens", "temperature"}

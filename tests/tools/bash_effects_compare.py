@@ -38,10 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.adapters.bash_effects import SessionEffects, command_of  # noqa: E402
-from app.adapters.miniswe import load_trajectory  # noqa: E402
-
-from tests.traces import TRACES_DIR  # noqa: E402
+from app.adapters.bash_effects import SessionEffects, command_of
+from app.adapters.miniswe import load_trajectory
+from tests.traces import TRACES_DIR
 
 BASELINE = Path(__file__).with_name("bash_effects_bashlex.jsonl.gz")
 
@@ -96,7 +95,7 @@ def _artifacts(rec: dict[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
 def compare(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, Any]:
     """Agreement figures of two snapshots of the same commands, and the differing
     commands (``differences``: trace, index, command, and both sides)."""
-    key = lambda r: (r["trace"], r["index"])  # noqa: E731
+    key = lambda r: (r["trace"], r["index"])
     a = {key(r): r for r in old}
     b = {key(r): r for r in new}
     if set(a) != set(b) or any(a[k]["command"] != b[k]["command"] for k in a):

@@ -18,7 +18,7 @@ def test_import_linter_contract() -> None:
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
-    done = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([exe], cwd=ROOT, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from app.adapters.miniswe import (
     replay_plan,
     trajectory_events,
 )
-
 from tests.traces import TRACES_DIR
+
 TRACES = sorted(TRACES_DIR.glob("*.traj.json"))
 IDS = [p.name.removesuffix(".traj.json") for p in TRACES]
 
@@ -116,20 +116,20 @@ CASES: list[tuple[str, list[R], list[W]]] = [
     ("git apply --check fix.patch", [], []),
     ("git apply fix.patch", [], [(".", "git apply (tree)")]),  # patch text unknown
     ("for f in a.py b.py; do sed -i 's/x/y/' $f; done", [], [(".", "sed -i (tree)")]),
-    ("# Create a new file with the fixed function\n"
+    (("# Create a new file with the fixed function\n"
      "head -926 ./astroid/brain/brain_builtin_inference.py > /tmp/new_file.py\n"
      "cat /tmp/new_function.py >> /tmp/new_file.py\n"
      "tail -n +962 ./astroid/brain/brain_builtin_inference.py >> /tmp/new_file.py\n"
-     "mv /tmp/new_file.py ./astroid/brain/brain_builtin_inference.py",
+     "mv /tmp/new_file.py ./astroid/brain/brain_builtin_inference.py"),
      [], [("/tmp/new_file.py", ">"), ("/tmp/new_file.py", ">>"), ("/tmp/new_file.py", ">>"),
           ("/tmp/new_file.py", "mv"), ("astroid/brain/brain_builtin_inference.py", "mv")]),
-    ("git diff HEAD src/sqlfluff/core/linter/linted_file.py > /tmp/full_patch.txt && "
+    (("git diff HEAD src/sqlfluff/core/linter/linted_file.py > /tmp/full_patch.txt && "
      "grep -A50 \"def persist_tree\" /tmp/full_patch.txt | head -60 > patch.txt && "
-     "echo \"=== Patch created ===\" && cat patch.txt",
+     "echo \"=== Patch created ===\" && cat patch.txt"),
      [("patch.txt", None, "cat")], [("/tmp/full_patch.txt", ">"), ("patch.txt", ">")]),
-    ("cd /opt/miniconda3/lib/python3.11/site-packages && python3 -c \"\n"
+    (("cd /opt/miniconda3/lib/python3.11/site-packages && python3 -c \"\n"
      "with open('wrapt/decorators.py', 'r') as f:\n    content = f.read()\n"
-     "with open('wrapt/decorators.py', 'w') as f:\n    f.write(content)\n\"",
+     "with open('wrapt/decorators.py', 'w') as f:\n    f.write(content)\n\""),
      [], [("/opt/miniconda3/lib/python3.11/site-packages/wrapt/decorators.py", "python")]),
     ("find . -name '*.orig' -delete", [], [(".", "find (tree)")]),
     ("echo 'SELECT 1' | tee q.sql", [], [("q.sql", "tee")]),
@@ -298,12 +298,12 @@ def test_values_are_frozen() -> None:
 # ---------------------------------------------------------------- the 32 real traces
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: Path) -> Trajectory:
     return load_trajectory(path)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _inferred(path: str) -> list[dict[str, Any]]:
     """trajectory_events(infer_bindings=True), computed once per trace."""
     return trajectory_events(_load(Path(path)), infer_bindings=True)

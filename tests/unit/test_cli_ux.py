@@ -31,7 +31,7 @@ SMALL = "pvlib__pvlib-python-1072__reasoner.traj.json"
 def _ctxd(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("ctxd", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "app.cli"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
+    return subprocess.run([*cmd, *args], check=False, capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
 
 
 # --------------------------------------------------------------------------- --version
@@ -163,8 +163,8 @@ def test_startup_log_names_the_absolute_data_dir(tmp_path: Path, monkeypatch: py
         pass
     ready = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ctxd ready")]
     absolute = tmp_path.resolve() / "relative-data"
-    assert ready == [f"ctxd ready: data directory {absolute}, database sqlite:///{absolute / 'ctxd.sqlite3'}, "
-                     "profiles ['mistral-tekken', 'qwen3', 'qwen3-128k', 'qwen3-nothink']"]
+    assert ready == [(f"ctxd ready: data directory {absolute}, database sqlite:///{absolute / 'ctxd.sqlite3'}, "
+                     "profiles ['mistral-tekken', 'qwen3', 'qwen3-128k', 'qwen3-nothink']")]
 
 
 def test_startup_log_hides_the_database_password(postgres_url: str, tmp_path: Path,
@@ -187,5 +187,5 @@ def test_startup_log_hides_the_database_password(postgres_url: str, tmp_path: Pa
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="not a git checkout")
 def test_eval_output_is_ignored_by_git() -> None:
     paths = ["ctxd-eval/report.md", "ctxd-eval/results.json"]
-    done = subprocess.run(["git", "check-ignore", *paths], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(["git", "check-ignore", *paths], cwd=REPO, check=False, capture_output=True, text=True)
     assert done.stdout.split() == paths, f"ctxd-eval/ (ctxd eval's default --out) is not in .gitignore: {done}"

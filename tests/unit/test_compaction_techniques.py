@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain.text import split_lines as handle_api_lines
 from app.domain.compaction import (
     MARKER_RE,
     Compacted,
@@ -31,6 +30,7 @@ from app.domain.compaction import (
 from app.domain.compaction.lineage import CUT_RE, body_of, merge_spans
 from app.domain.compaction.outline import NUMBERED_RE
 from app.domain.compaction.terminal import render_line
+from app.domain.text import split_lines as handle_api_lines
 from tests.tool_outputs import all_outputs, find
 
 # ---------------------------------------------------------------- invariant checks
@@ -193,7 +193,7 @@ def colorize_pytest(text: str) -> str:
         body, end = body_of(line), line[len(body_of(line)):]
         if body.startswith("="):
             body = f"\x1b[1m{body}\x1b[0m"
-        elif body.startswith("FAILED") or body.startswith("E "):
+        elif body.startswith(("FAILED", "E ")):
             body = f"\x1b[31m\x1b[1m{body}\x1b[0m"
         elif body.endswith("%]"):
             dots, _, rest = body.partition(" ")

@@ -52,7 +52,7 @@ def test_apply_inverts_diff_when_values_are_shared(base, picks, extra, copies) -
 
 
 def test_shared_items_are_copied_by_identity_without_serializing_the_base(monkeypatch) -> None:
-    import app.store.delta as delta
+    from app.store import delta
 
     items = [{"seq": i, "why": "recent turn"} for i in range(300)]
     new = items[5:] + [{"seq": 300}]

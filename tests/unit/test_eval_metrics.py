@@ -121,11 +121,11 @@ def test_grounding_candidates_and_hits() -> None:
 
 
 def _record(call: int, tokens: int, cached: int, **kw) -> CallRecord:
-    base = dict(call=call, failed_call=False, input_tokens=tokens, cached_tokens=cached, uncached_tokens=tokens - cached,
-                over_limit=tokens > 100, by_role={"system": 1, "tools": 1, "task_state": 1, "observations": tokens - 3},
-                by_zone={"root": 2, "trunk": 1, "leaf": tokens - 3}, constraints_retained=2, constraints_total=2,
-                pair_errors=0, superseded=0, stale=0, grounding_candidates=0, grounding_hits=0,
-                grounding_via_handle_hits=0)
+    base = {"call": call, "failed_call": False, "input_tokens": tokens, "cached_tokens": cached, "uncached_tokens": tokens - cached,
+                "over_limit": tokens > 100, "by_role": {"system": 1, "tools": 1, "task_state": 1, "observations": tokens - 3},
+                "by_zone": {"root": 2, "trunk": 1, "leaf": tokens - 3}, "constraints_retained": 2, "constraints_total": 2,
+                "pair_errors": 0, "superseded": 0, "stale": 0, "grounding_candidates": 0, "grounding_hits": 0,
+                "grounding_via_handle_hits": 0}
     base.update(kw)
     return CallRecord(**base)
 

@@ -9,8 +9,15 @@ import collections
 import pytest
 
 from app.domain.compaction import digest_tool_result
-from app.domain.compaction.evidence import (Scope, check_protected, claims_of, is_test_command, parse_test_run,
-                                            protected_inventory, selection_of)
+from app.domain.compaction.evidence import (
+    Scope,
+    check_protected,
+    claims_of,
+    is_test_command,
+    parse_test_run,
+    protected_inventory,
+    selection_of,
+)
 from app.domain.notes import current_notes, note_items
 from app.domain.types import Constraint, Contract
 from tests.domain_events import to_domain, trace_session
@@ -103,25 +110,25 @@ def test_every_test_command_of_the_traces_has_a_test_run_and_nothing_else_does()
 
 @pytest.mark.parametrize(("text", "expected"), [
     # sympy bin/test (format of sympy/testing/runtests.py)
-    ("============================= test process starts ==============================\n"
+    (("============================= test process starts ==============================\n"
      "sympy/core/tests/test_basic.py[22] ......F...............                  [FAIL]\n\n"
      "________________________________________________________________________________\n"
      "_____________ sympy/core/tests/test_basic.py:test_literal_evalf ______________\n"
      "Traceback (most recent call last):\n  File \"x.py\", line 3, in test_literal_evalf\n"
      "    assert x == 2\nAssertionError\n\n"
-     "============ tests finished: 21 passed, 1 failed, in 0.52 seconds =============\n",
+     "============ tests finished: 21 passed, 1 failed, in 0.52 seconds =============\n"),
      ("sympy", "failed", 21, 1, 0, ("sympy/core/tests/test_basic.py:test_literal_evalf",))),
     # Django tests/runtests.py (unittest's runner)
-    ("Testing against Django installed in '/testbed/django'\nSystem check identified no issues (0 silenced).\n"
+    (("Testing against Django installed in '/testbed/django'\nSystem check identified no issues (0 silenced).\n"
      "test_a (queries.tests.Queries1Tests.test_a) ... ok\ntest_b (queries.tests.Queries1Tests.test_b) ... FAIL\n\n"
      "======================================================================\n"
      "FAIL: test_b (queries.tests.Queries1Tests.test_b)\n"
      "----------------------------------------------------------------------\n"
      "AssertionError: 1 != 2\n\n----------------------------------------------------------------------\n"
-     "Ran 2 tests in 0.004s\n\nFAILED (failures=1)\n",
+     "Ran 2 tests in 0.004s\n\nFAILED (failures=1)\n"),
      ("unittest", "failed", 1, 1, 0, ("queries.tests.Queries1Tests.test_b",))),
-    ("...\n----------------------------------------------------------------------\nRan 3 tests in 0.001s\n\n"
-     "OK (skipped=1)\n", ("unittest", "passed", 2, 0, 0, ())),
+    (("...\n----------------------------------------------------------------------\nRan 3 tests in 0.001s\n\n"
+     "OK (skipped=1)\n"), ("unittest", "passed", 2, 0, 0, ())),
     ("  py39: commands succeeded\n  congratulations :)\n", ("tox", "passed", None, None, None, ())),
 ])
 def test_other_runner_formats(text: str, expected: tuple) -> None:
@@ -211,8 +218,8 @@ def test_inventory_of_the_seed_example() -> None:
         ("revision", "src/pool.py@r18"), ("revision", "src/pool.py@r17"),
         ("test_name", "tests/test_pool.py::test_waiter_notified_on_return"),
         ("run_condition", "schedule=controlled"),
-        ("assertion", "FAILED tests/test_pool.py::test_waiter_notified_on_return - assert "
-                      "waiter_resumed_at_notification_check"),
+        ("assertion", ("FAILED tests/test_pool.py::test_waiter_notified_on_return - assert "
+                      "waiter_resumed_at_notification_check")),
         ("exit_status", "exit 1"), ("exit_status", "exit 0"),
     }
     assert inv.contract_version == 3 and inv.current_revisions == (("src/pool.py", 18),)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.domain.assembly import bound_tool_output
-from app.domain.cuts import WINDOW_MARGIN, WINDOW_CHARS_PER_TOKEN, elided_span, windowed_head_tail
+from app.domain.cuts import WINDOW_CHARS_PER_TOKEN, WINDOW_MARGIN, elided_span, windowed_head_tail
 from app.domain.types import ToolResultEvent
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry, load_profiles

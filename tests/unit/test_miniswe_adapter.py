@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,13 @@ from app.adapters.miniswe import (
     trajectory_events,
     transcript_messages,
 )
-
 from tests.traces import TRACES_DIR
+
 TRACES = sorted(TRACES_DIR.glob("*.traj.json"))
 IDS = [p.name.removesuffix(".traj.json") for p in TRACES]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: Path) -> Trajectory:
     return load_trajectory(path)
 
@@ -53,7 +54,7 @@ def test_goal_is_the_pr_description(traj: Trajectory) -> None:
     user = traj.first_user_message
     # cross-check with the recorded template: message = prefix + task + suffix
     template = traj.info["config"]["agent"]["instance_template"]
-    prefix, suffix = template.split("{{task}}")
+    prefix, _suffix = template.split("{{task}}")
     assert user.startswith(prefix)
     task = user[len(prefix) :]
     task = task[: task.rindex("\n</pr_description>")]
@@ -239,7 +240,7 @@ def test_one_model_call_per_assistant_message_plus_failed_final(traj: Trajectory
 def test_plan_batches_events_between_calls(traj: Trajectory) -> None:
     plan = replay_plan(traj)
     assert isinstance(plan[0], ModelCall)  # the first call sees only system + task
-    for a, b in zip(plan, plan[1:]):
+    for a, b in itertools.pairwise(plan):
         assert not (isinstance(a, PostEvents) and isinstance(b, PostEvents))
     posted = [e for s in plan if isinstance(s, PostEvents) for e in s.events]
     assert posted == trajectory_events(traj)

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,8 @@ from app.tokenizers.mistral import (
     load_tekken,
     map_tool_call_ids,
 )
-
 from tests.traces import TRACES_DIR
+
 CHAT_TRACE = "pvlib__pvlib-python-1072__chat"  # assistant turns carry text + tool calls
 REASONER_TRACE = "pvlib__pvlib-python-1072__reasoner"  # assistant content is "" (reasoning kept aside)
 ID_RE = re.compile(r"^[a-zA-Z0-9]{9}$")
@@ -65,7 +65,7 @@ TOOLS: list[dict[str, Any]] = [
 # --------------------------------------------------------------------------- traces
 
 
-@lru_cache(maxsize=None)
+@cache
 def _largest_trace() -> str:
     """The trace with the most rendered messages (pylint-dev__astroid-1333__chat: ~67k tokens)."""
     names = sorted(p.name.removesuffix(".traj.json") for p in TRACES_DIR.glob("*.traj.json"))
@@ -74,7 +74,7 @@ def _largest_trace() -> str:
     return max(names, key=lambda name: len(openai_messages(name)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def openai_messages(name: str) -> tuple[dict[str, Any], ...]:
     """A mini-swe-agent trajectory as OpenAI chat-completions messages (the ``exit`` record skipped)."""
     path = TRACES_DIR / f"{name}.traj.json"

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall
 from app.tokenizers.hf import HFChatMeter, arguments_text, parse_arguments, template_messages
 from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
-from app.tokenizers.native import (QWEN3_TEMPLATE_SHA256, native_renderer, render_qwen3,
-                                   template_sha256)
+from app.tokenizers.native import QWEN3_TEMPLATE_SHA256, native_renderer, render_qwen3, template_sha256
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}

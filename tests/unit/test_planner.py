@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -40,11 +41,14 @@ class IdsWordMeter(WordMeter):
                        ids=ids)
 
 
+NO_LAYOUT = LayoutState()
+
+
 class JsonWire:
     """A WireFormat: the conversation as canonical JSON."""
 
     name = "openai"
-    zones = {"root": "system", "trunk": "trunk", "leaf": "leaf"}
+    zones: ClassVar[Mapping[str, str]] = {"root": "system", "trunk": "trunk", "leaf": "leaf"}
     cache_breakpoints = False
 
     def serialize(self, conversation: Conversation, measurement: Measurement) -> tuple[dict[str, Any], bytes]:
@@ -56,7 +60,7 @@ class JsonWire:
         return []
 
 
-def plan(events: list, layout: LayoutState = LayoutState(), *, limit: int = 400, **kwargs: Any):
+def plan(events: list, layout: LayoutState = NO_LAYOUT, *, limit: int = 400, **kwargs: Any):
     budget = Budget(window=limit + 20, output_reserve=10, headroom=10, low_watermark=limit // 2)
     state = SessionState(session=SESSION, last_seq=max((e.seq for e in events), default=0), layout=layout)
     return plan_request(state, events, policy=Policy("unit", budget, item_cap_tokens=60), wire=JsonWire(),

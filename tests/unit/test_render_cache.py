@@ -56,7 +56,7 @@ def test_tricky_contents(meters, reasoning) -> None:
 @given(st.lists(st.one_of(st.sampled_from(TRICKY), st.text(max_size=30)), min_size=1, max_size=6),
        st.one_of(st.none(), st.sampled_from(["", "r", "\nr\n"])))
 def test_random_contents(meters, contents, reasoning) -> None:
-    tok, fast, full = meters
+    _tok, fast, full = meters
     conv = conversation(contents, reasoning)
     messages = template_messages(conv, render_reasoning=True)
     assert fast.render(messages, [BASH]) == full.render(messages, [BASH])

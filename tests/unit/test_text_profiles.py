@@ -156,7 +156,7 @@ def test_head_tail_counts_a_left_out_character_whose_tokens_straddle_the_cuts(me
         for parts in (["e\u0301", "\U0010fffd", "a", "a", "🎉", "\t", "e\u0301", "<|im_end|>", "𝒳"],
                       ["e\u0301"] * 30, ["a", "e\u0301", "中"] * 20, ["😀", "e\u0301", "\n"] * 20):
             text = "".join(parts)
-            for head in range(0, 12):
-                for tail in range(0, 12):
+            for head in range(12):
+                for tail in range(12):
                     h, t, elided = meter.head_tail(text, head, tail)
                     assert elided > 0 or (h, t) == (text, ""), (name, head, tail)

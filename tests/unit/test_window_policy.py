@@ -67,7 +67,7 @@ def check_invariants(result, events, budget) -> None:
 
 def test_groups_pair_parallel_calls_out_of_order() -> None:
     events = session_events([[3, 4, 5]])
-    groups, step, writes = build_turn_groups(events)
+    groups, _step, _writes = build_turn_groups(events)
     assert len(groups) == 1
     assert [r.call_id for r in groups[0].results] == ["t0c0", "t0c1", "t0c2"]
     assert groups[0].pending == ()
@@ -88,7 +88,7 @@ def test_pending_call_is_not_rendered() -> None:
     events = session_events([[3, 3]])[:-1]  # the second result (call t0c0) has not arrived
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000)
-    assistant = [m for m in result.conversation.leaf if m.role == "assistant"][0]
+    assistant = next(m for m in result.conversation.leaf if m.role == "assistant")
     assert [c.call_id for c in assistant.tool_calls] == ["t0c1"]
     check_invariants(result, events, budget)
 
@@ -157,7 +157,7 @@ def test_item_cap_bounds_tool_output_head_tail() -> None:
     payload = events[1].payload
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
     result = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100)
-    tool = [m for m in result.conversation.leaf if m.role == "tool"][0]
+    tool = next(m for m in result.conversation.leaf if m.role == "tool")
     assert tool.content.startswith('<<<ctxd-data source="tool:bash" revision="unbound" trust="untrusted">>>\n')
     assert "t0r0w0 " in unframe(tool.content) and unframe(tool.content).endswith("t0r0w499")
     elided = payload[len(words(50, "t0r0w")) : len(payload) - len(" ".join(f"t0r0w{i}" for i in range(450, 500)))]
@@ -166,7 +166,7 @@ def test_item_cap_bounds_tool_output_head_tail() -> None:
     marker = (f"[... 1 lines ({len(elided.encode()):,} bytes) elided by ctxd; the whole output is handle "
               f"{events[1].handle}: GET /v1/handles/{events[1].handle}?lines=1:1 ...]")
     assert marker in tool.content and "tokens" not in tool.content
-    item = [i for i in result.items if i.kind == "tool_result"][0]
+    item = next(i for i in result.items if i.kind == "tool_result")
     assert item.representation == "head_tail" and item.elided_bytes == len(elided.encode())
     assert item.elided_lines == (1, 1) and item.bytes == len(payload) and item.lines == 1
     assert item.tokens_known is False and item.tokens is None and not item.elided_tokens
@@ -174,7 +174,7 @@ def test_item_cap_bounds_tool_output_head_tail() -> None:
     known = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=100,
                             payload_tokens={events[1].handle: 500})
     assert known.conversation == result.conversation
-    item = [i for i in known.items if i.kind == "tool_result"][0]
+    item = next(i for i in known.items if i.kind == "tool_result")
     assert item.tokens_known is True and item.tokens == 500 and item.elided_tokens == 400
 
 
@@ -211,7 +211,7 @@ def test_leaf_cache_across_calls_gives_the_same_assembly() -> None:
     cut_with = cut_without = 0
     for n in range(1, len(events) + 1):
         prefix = events[:n]
-        kwargs = dict(budget=budget, meter=WordMeter(), item_cap_tokens=30, render_reasoning=False)
+        kwargs = {"budget": budget, "meter": WordMeter(), "item_cap_tokens": 30, "render_reasoning": False}
         with_cache = assemble_window(SESSION, prefix, previous_cut_seq=cut_with, leaf_cache=cache, **kwargs)
         without = assemble_window(SESSION, prefix, previous_cut_seq=cut_without, **kwargs)
         assert with_cache.conversation == without.conversation

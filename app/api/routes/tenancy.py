@@ -4,7 +4,7 @@ Thin: parse, call one service, return a schema."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -20,7 +20,7 @@ from app.store.db import read_only
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 audit = logging.getLogger("ctxd.audit")
 
-OCTETS = {200: {"content": {"application/octet-stream": {}}, "description": "The payload's bytes"}}
+OCTETS: dict[int | str, dict[str, Any]] = {200: {"content": {"application/octet-stream": {}}, "description": "The payload's bytes"}}
 
 
 @router.get("/sessions", response_model=SessionList, responses=documented())
@@ -89,5 +89,5 @@ def list_profiles(request: Request, profiles: Profiles) -> ProfileList:
         out.append(ProfileOut(name=p.name, model=p.model, tokenizer=dict(p.tokenizer), window=p.window,
                               output_reserve=p.output_reserve, headroom=p.headroom,
                               input_limit=p.window - p.output_reserve - p.headroom, item_cap_tokens=p.item_cap_tokens,
-                              render_reasoning=p.render_reasoning, cache=dict(p.cache), prices=dict(p.prices)))
+                              render_reasoning=p.render_reasoning, recall=p.recall, cache=dict(p.cache), prices=dict(p.prices)))
     return ProfileList(default=request.app.state.settings.default_profile, profiles=out)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 from app.api.auth import Caller
 from app.api.deps import Db, Memo, Meters, PassDueSignal, Profiles, Uow
 from app.api.problems import documented
+from app.api.routing import CheckedRoute
 from app.api.schemas import (
     ROW_ID_MAX,
     AssembledRequest,
@@ -25,14 +26,13 @@ from app.api.schemas import (
     SessionCreated,
     SessionOut,
 )
-from app.api.routing import CheckedRoute
 from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
+from app.services import summarizer as summarizer_service
 from app.services import tenancy as tenancy_service
 from app.services.memo import AssemblyMemo
 from app.store.db import read_only
-from app.services import summarizer as summarizer_service
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")

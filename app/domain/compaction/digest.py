@@ -124,7 +124,8 @@ def digest_tool_result(value: str | Compacted, *, command: str | None = None, ex
                            max_key_lines=max_key_lines, max_line_chars=max_line_chars)
     head = digest.header()
     out = head + [f"L{n}: {text}\n" for n, text in digest.key_lines]
-    origins: list[Span | None] = [None] * len(head) + [inp.origins[k] for k in keys]
+    origins: list[Span | None] = [None] * len(head)
+    origins += [inp.origins[k] for k in keys]
     params: Mapping[str, Any] = {"command": command, "status": digest.status, "exit_code": exit_code,
                                  "exception": exception, "max_key_lines": max_key_lines, "max_line_chars": max_line_chars}
     return finish(inp, out, origins, kind=KIND, params=params,

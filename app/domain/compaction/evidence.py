@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from app.domain.types import ArtifactWriteEvent, Contract, Event, MessageEvent, ToolResultEvent
@@ -65,34 +65,34 @@ _SEGMENT_SPLIT_RE: Final = re.compile(r"&&|\|\||;|\||\n|\(|\)")
 # pytest: "==== 1 failed, 3 passed, 2 warnings in 0.12s ====" (also "(0:00:01)"), "-q": "53 passed in 0.47s"
 _PYTEST_SUMMARY_RE: Final = re.compile(
     r"^=+ (?P<body>[^=\n]*?) in (?P<secs>[\d.]+)s(?: \([\d:.]+\))? =+\s*$"
-    r"|^(?P<qbody>(?:\d+ [a-z]+(?:, )?)+|no tests ran) in (?P<qsecs>[\d.]+)s(?: \([\d:.]+\))?\s*$", re.M)
+    r"|^(?P<qbody>(?:\d+ [a-z]+(?:, )?)+|no tests ran) in (?P<qsecs>[\d.]+)s(?: \([\d:.]+\))?\s*$", re.MULTILINE)
 _COUNT_RE: Final = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?|rerun)")
 _PYTEST_LINE_RE: Final = re.compile(
     r"^(?P<id>[\w./-]+\.py(?:::[^\s\[]+)+(?:\[[^\n]*?\])?)(?P<rest>.*?)\s"
-    r"(?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?:\s+\[\s*\d+%\])?\s*$", re.M)
+    r"(?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?:\s+\[\s*\d+%\])?\s*$", re.MULTILINE)
 _PYTEST_SHORT_RE: Final = re.compile(r"^(?P<status>FAILED|ERROR) (?P<id>[\w./-]+\.py(?:::[^\s\[]+)*(?:\[[^\n]*?\])?)"
-                                     r"(?: - (?P<why>.*))?$", re.M)
-_COLLECTED_RE: Final = re.compile(r"^collect(?:ing \.\.\. collect)?ed (\d+) items?", re.M)
+                                     r"(?: - (?P<why>.*))?$", re.MULTILINE)
+_COLLECTED_RE: Final = re.compile(r"^collect(?:ing \.\.\. collect)?ed (\d+) items?", re.MULTILINE)
 _PYTEST_ERROR_RE: Final = re.compile(r"^ImportError while loading conftest|^ERROR: |^INTERNALERROR>|^_+ ERROR collecting",
-                                     re.M)
-_PYTEST_MARK_RE: Final = re.compile(r"^=+ test session starts =+$|^ImportError while loading conftest", re.M)
+                                     re.MULTILINE)
+_PYTEST_MARK_RE: Final = re.compile(r"^=+ test session starts =+$|^ImportError while loading conftest", re.MULTILINE)
 _RUNNER_MISSING_RE: Final = re.compile(r"No module named (?:pytest|nose|tox)\b|(?:pytest|tox|nosetests): command not found")
 # unittest / Django runtests.py
-_RAN_RE: Final = re.compile(r"^Ran (\d+) tests? in [\d.]+s", re.M)
-_UNITTEST_END_RE: Final = re.compile(r"^(?P<ok>OK|FAILED)(?: \((?P<details>[^)]*)\))?\s*$", re.M)
+_RAN_RE: Final = re.compile(r"^Ran (\d+) tests? in [\d.]+s", re.MULTILINE)
+_UNITTEST_END_RE: Final = re.compile(r"^(?P<ok>OK|FAILED)(?: \((?P<details>[^)]*)\))?\s*$", re.MULTILINE)
 _UNITTEST_LINE_RE: Final = re.compile(
     r"^(?P<name>\w+) \((?P<where>[\w.]+)\)(?:\n[^\n]*?)? \.\.\. (?P<status>ok|FAIL|ERROR|skipped|expected failure"
-    r"|unexpected success)", re.M)
-_UNITTEST_HEAD_RE: Final = re.compile(r"^(?P<status>FAIL|ERROR): (?P<name>\w+) \((?P<where>[\w.]+)\)", re.M)
+    r"|unexpected success)", re.MULTILINE)
+_UNITTEST_HEAD_RE: Final = re.compile(r"^(?P<status>FAIL|ERROR): (?P<name>\w+) \((?P<where>[\w.]+)\)", re.MULTILINE)
 # sympy bin/test: "tests finished: 5 passed, 1 failed, 2 skipped, in 1.23 seconds"
-_SYMPY_RE: Final = re.compile(r"tests finished: (?P<body>.*?),? in [\d.]+ seconds", re.M)
-_SYMPY_FAIL_RE: Final = re.compile(r"^_+ (?P<id>[\w./]+\.py:\w+) _+$", re.M)
-_TOX_OK_RE: Final = re.compile(r"^\s*congratulations :\)|^\s*\S+: commands succeeded", re.M)
-_TOX_FAIL_RE: Final = re.compile(r"^ERROR:\s+\S+: commands failed", re.M)
+_SYMPY_RE: Final = re.compile(r"tests finished: (?P<body>.*?),? in [\d.]+ seconds", re.MULTILINE)
+_SYMPY_FAIL_RE: Final = re.compile(r"^_+ (?P<id>[\w./]+\.py:\w+) _+$", re.MULTILINE)
+_TOX_OK_RE: Final = re.compile(r"^\s*congratulations :\)|^\s*\S+: commands succeeded", re.MULTILINE)
+_TOX_FAIL_RE: Final = re.compile(r"^ERROR:\s+\S+: commands failed", re.MULTILINE)
 # failure lines: pytest "E   ..." lines naming an assertion or exception, "file:12: XError", tracebacks' last line
 _FAILURE_LINE_RE: Final = re.compile(
     r"^(?:E\s+.*(?:\bassert\b|Error\b|Exception\b)|\S+:\d+: \w*(?:Error|Exception)\b|[\w.]*(?:Error|Exception)(?::|$)"
-    r"|\s*assert .|FAILED: |(?:FAILED|ERROR) \S+ - |ERROR: (?:not found|file or directory not found)).*$", re.M)
+    r"|\s*assert .|FAILED: |(?:FAILED|ERROR) \S+ - |ERROR: (?:not found|file or directory not found)).*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -478,7 +478,7 @@ class ProtectedInventory:
     def of_kind(self, kind: FieldKind) -> tuple[ProtectedField, ...]:
         return tuple(f for f in self.fields if f.kind == kind)
 
-    def restricted_to(self, seqs: Iterable[int]) -> "ProtectedInventory":
+    def restricted_to(self, seqs: Iterable[int]) -> ProtectedInventory:
         """The contract's fields plus those that come from one of ``seqs`` (the events a
         pass folds)."""
         wanted = set(seqs)

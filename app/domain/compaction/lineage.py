@@ -44,8 +44,8 @@ __all__ = [
     "handle_of",
     "marker",
     "merge_spans",
-    "split_lines",
     "span_of",
+    "split_lines",
     "where",
 ]
 

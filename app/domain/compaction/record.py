@@ -203,9 +203,8 @@ def call_text(arguments: str) -> str:
         value = json.loads(arguments)
     except ValueError:
         value = None
-    if isinstance(value, dict) and isinstance(value.get("command"), str):
-        return value["command"]
-    return arguments
+    command = value.get("command") if isinstance(value, dict) else None
+    return command if isinstance(command, str) else arguments
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -218,7 +217,8 @@ def _observation(claim: Claim, payload: str) -> Observation:
     run = claim.test_run
     failed = claim.exit_status not in (None, 0) or (run is not None and run.outcome in ("failed", "error"))
     conditions = tuple(f"{k}={_shown(v)}" for k, v in claim.scope.conditions)
-    tests, ids = "", ()
+    tests = ""
+    ids: tuple[str, ...] = ()
     if run is not None:
         counts = ", ".join(f"{n} {name}" for n, name in ((run.passed, "passed"), (run.failed, "failed"),
                                                          (run.errors, "errors"), (run.skipped, "skipped")) if n)
@@ -477,8 +477,8 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
         return "\n".join(parts)
     last = max(record.folded_seqs) if record.folded_seqs else 0
     lines = ["# Progress record",
-             f"Built by ctxd from the event log, events seq 1-{last} (contract version {record.contract_version}). "
-             "Every folded output is whole behind its handle: GET /v1/handles/<handle> (prefixes accepted)."]
+             (f"Built by ctxd from the event log, events seq 1-{last} (contract version {record.contract_version}). "
+             "Every folded output is whole behind its handle: GET /v1/handles/<handle> (prefixes accepted).")]
     if record.artifacts:
         lines += ["", "## Artifacts (path@revision as of the fold)"]
         lines.append(", ".join(f"{a.path}@r{a.revision}" + (" (written)" if a.written else "") for a in record.artifacts))

@@ -72,7 +72,8 @@ def backfill(conn: sa.Connection) -> int:
                 calls.setdefault(call["call_id"], {"session_id": session_id, "call_id": call["call_id"],
                                                    "call_seq": seq, "result_seq": None})
         else:
-            row = calls.get((body or {}).get("call_id"))
+            call_id = (body or {}).get("call_id")
+            row = calls.get(call_id) if isinstance(call_id, str) else None
             if row is not None and row["result_seq"] is None and seq > row["call_seq"]:
                 row["result_seq"] = seq
     flush()

@@ -3,8 +3,8 @@
 Revision ID: 0004_session_model
 Revises: 0003_ingest
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0004_session_model"
 down_revision = "0003_ingest"

@@ -7,8 +7,8 @@ Upgrade: one ``layout_states`` row per session (version 0, ``cut_seq`` copied fr
 ``sessions.cut_seq``), then ``sessions.cut_seq`` is dropped. Downgrade restores the
 column from the layout states. Runs on SQLite (batch mode) and PostgreSQL.
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0005_layout_states"
 down_revision = "0004_session_model"

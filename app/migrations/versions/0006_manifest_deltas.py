@@ -13,8 +13,8 @@ next GET of each session and format is then reported as its first (no prediction
 cached tokens for that one request). Downgrade drops the new columns and keeps only the
 manifests stored before; prefix states are emptied again.
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0006_manifest_deltas"
 down_revision = "0005_layout_states"

@@ -10,8 +10,8 @@ compare-and-set on ``version``. Existing rows start with nothing deferred and no
 shown: their next GET decides as a session's first. Downgrade drops both columns. Runs on
 SQLite (batch mode) and PostgreSQL.
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0007_layout_deferral"
 down_revision = "0006_manifest_deltas"

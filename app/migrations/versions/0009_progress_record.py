@@ -8,8 +8,8 @@ evictions under window; 0 for existing rows) and ``layout_states.record`` (the p
 record its fold point gives, as JSON; NULL until the next pass writes it). Downgrade drops
 both. Runs on SQLite (batch mode) and PostgreSQL.
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0009_progress_record"
 down_revision = "0008_tenancy"

@@ -1,7 +1,7 @@
 """session parent: child sessions of sub-agents link to their parent
 
-Revision ID: 0010_session_parent
-Revises: 0009_progress_record
+Revision ID: 0011_session_parent
+Revises: 0010_event_search
 
 Upgrade: ``sessions.parent_id`` (nullable, a foreign key to ``sessions.id``, indexed; NULL
 for every existing session: none has a parent). Issue 16 item 2: ``POST
@@ -12,8 +12,8 @@ and PostgreSQL.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_session_parent"
-down_revision = "0009_progress_record"
+revision = "0011_session_parent"
+down_revision = "0010_event_search"
 branch_labels = None
 depends_on = None
 
