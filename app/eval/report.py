@@ -286,8 +286,8 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
                      "replaced tokens", "noticed", "notice tokens", "stale tokens kept", "uncached tokens"], rows)
     scratch = {p: e for p, e in pols.items() if any(e["total"].get("scratchpad", {}).values())}
     if scratch:
-        lines += ["", "Plans, sub-agents and retrieved documents (issue 16; per call, summed over calls; children: "
-                      "child sessions created per trace, summed):", ""]
+        lines += ["", ("Plans, sub-agents and retrieved documents (issue 16; per call, summed over calls; children: "
+                       "child sessions created per trace, summed):"), ""]
         keys = ("plans", "plan_tokens", "calls_with_plan_in_record", "documents", "document_tokens", "children",
                 "conclusions", "conclusion_tokens")
         rows = [[p, *(_fmt(sum(t["scratchpad"][k] for t in e["traces"].values()) if k == "children"

@@ -23,8 +23,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import (HandleNotFound, InvalidParameter, SessionHasChildren, SessionNotFound,
-                               StorageQuotaExceeded, Unauthorized)
+from app.domain.errors import (
+    HandleNotFound,
+    InvalidParameter,
+    SessionHasChildren,
+    SessionNotFound,
+    StorageQuotaExceeded,
+    Unauthorized,
+)
 from app.domain.tenancy import DEFAULT_TENANT, Principal
 from app.store import repository as repo
 from app.store import retention
