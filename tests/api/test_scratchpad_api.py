@@ -327,3 +327,23 @@ def test_secrets_in_plans_documents_and_conclusions_are_redacted_in_requests(cli
     for kind, key in (("plan", "p"), ("document", "d"), ("child_conclusion", "c")):
         handle = seen[kind]["handle"]
         assert client.get(f"/v1/sessions/{sid}/handles/{handle}").content == texts[key].encode()
+
+
+def test_plans_documents_and_returned_conclusions_are_searchable(client: TestClient) -> None:
+    """Issue 14's search covers the new texts: a plan's, a document's, and in the parent the
+    conclusion a child returned (the child's own events stay the child's)."""
+    sid = new_session(client)
+    child = client.post(f"/v1/sessions/{sid}/children", json={"goal": "look"}).json()["id"]
+    assert post(client, sid, plan("p", "1. patch normalize_angle_deg"),
+                document("d", "api", "def solar_zenith_fn(): ...")).status_code == 200
+    assert post(client, child, assistant("ca", "cc"), result("cr", "cc", "child_only_marker here\n"),
+                {"event_id": "c", "kind": "conclusion", "text": "callers of frobnicate_all: 2"}).status_code == 200
+
+    def seqs(session: str, q: str) -> list[int]:
+        r = client.get(f"/v1/sessions/{session}/search", params={"q": q})
+        assert r.status_code == 200, r.text
+        return [h["seq"] for h in r.json()["hits"]]
+
+    assert seqs(sid, "normalize_angle_deg") == [1] and seqs(sid, "solar_zenith_fn") == [2]
+    assert seqs(sid, "frobnicate_all") == [3], "the returned conclusion is the parent's event"
+    assert seqs(sid, "child_only_marker") == [] and seqs(child, "child_only_marker") == [2]
