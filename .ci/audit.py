@@ -1,11 +1,13 @@
 """Vulnerability report for ctxd's runtime dependencies (issue 13 item 7; .ci/run phase
 "pip-audit"). Reported, never blocking: always exits 0.
 
-Usage: ``.venv/bin/python .ci/audit.py [--service pypi|osv] [--timeout SECONDS]``
+Usage: ``.venv/bin/python .ci/audit.py [--lock FILE] [--service pypi|osv] [--timeout SECONDS]``
 
-Audits the runtime closure (the same as .ci/licenses.py: ``[project] dependencies``
-transitively, not the test extra), pinned to the installed versions, with
-``pip-audit --no-deps --disable-pip`` (no resolution, no install). pip-audit asks the service
+Audits what the image installs: the hashed runtime lock ``requirements.lock`` (every
+platform's pins), with ``pip-audit -r requirements.lock --require-hashes --disable-pip`` (no
+resolution, no install). Without a lock file: the runtime closure (the same as
+.ci/licenses.py: ``[project] dependencies`` transitively, not the test extra) pinned to the
+installed versions, with ``--no-deps --disable-pip``. pip-audit asks the service
 about each ``name==version``; a package the service cannot answer for is skipped. When every
 package is skipped or pip-audit cannot reach the service at all, the report says the
 vulnerability service is unreachable (e.g. a PyPI mirror without the per-version JSON API, or
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,18 +87,35 @@ def latest_release_fallback(closure: dict[str, str], *, timeout: float = 20.0) -
     return lines
 
 
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
+
+
+def lock_pins(text: str) -> dict[str, str]:
+    """{name: version} of a pip-compile / uv lock's ``name==version`` lines (markers and
+    hashes ignored)."""
+    return dict(_PIN.findall(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--dist", default="ctxd")
+    parser.add_argument("--lock", type=Path, default=Path(__file__).resolve().parents[1] / "requirements.lock")
     parser.add_argument("--service", default="pypi", choices=("pypi", "osv"))
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
-    closure = runtime_closure(args.dist)
     exe = Path(sys.executable).with_name("pip-audit")
     with tempfile.TemporaryDirectory() as tmp:
-        req = Path(tmp) / "runtime.txt"
-        req.write_text("".join(f"{n}=={v}\n" for n, v in closure.items()))
-        cmd = [str(exe), "-s", args.service, "-r", str(req), "--no-deps", "--disable-pip",
+        if args.lock.is_file():
+            closure = lock_pins(args.lock.read_text())
+            source = [str(args.lock), "--require-hashes"]
+            print(f"auditing {args.lock.name}: {len(closure)} pinned runtime packages")
+        else:
+            closure = runtime_closure(args.dist)
+            req = Path(tmp) / "runtime.txt"
+            req.write_text("".join(f"{n}=={v}\n" for n, v in closure.items()))
+            source = [str(req), "--no-deps"]
+            print(f"no {args.lock.name}: auditing the installed runtime closure ({len(closure)} packages)")
+        cmd = [str(exe), "-s", args.service, "-r", *source, "--disable-pip",
                "--progress-spinner", "off", "-f", "json"]
         try:
             done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
