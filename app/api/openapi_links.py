@@ -19,6 +19,15 @@ LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = 
         "GetRequest": ("/v1/sessions/{session_id}/request", "get", SESSION_ID_FROM_BODY),
         "ListManifests": ("/v1/sessions/{session_id}/manifests", "get", SESSION_ID_FROM_BODY),
         "DeleteSession": ("/v1/sessions/{session_id}", "delete", SESSION_ID_FROM_BODY),
+        "CreateChild": ("/v1/sessions/{session_id}/children", "post", SESSION_ID_FROM_BODY),
+    },
+    # issue 16: a child session is a session (its conclusion returns to the parent)
+    ("/v1/sessions/{session_id}/children", "post", "201"): {
+        "GetChild": ("/v1/sessions/{session_id}", "get", SESSION_ID_FROM_BODY),
+        "PostChildEvents": ("/v1/sessions/{session_id}/events", "post", SESSION_ID_FROM_BODY),
+        "GetChildRequest": ("/v1/sessions/{session_id}/request", "get", SESSION_ID_FROM_BODY),
+        "DeleteChild": ("/v1/sessions/{session_id}", "delete", SESSION_ID_FROM_BODY),
+        "GetParent": ("/v1/sessions/{session_id}", "get", SESSION_ID_FROM_PATH),
     },
     ("/v1/sessions/{session_id}/events", "post", "200"): {
         "GetRequest": ("/v1/sessions/{session_id}/request", "get", SESSION_ID_FROM_PATH),

@@ -24,6 +24,7 @@ STATUS: dict[type[errors.DomainError], int] = {
     errors.InvalidEvent: 422,
     errors.ControlTokenInText: 422,
     errors.EventConflict: 409,
+    errors.SessionHasChildren: 409,
     errors.UnknownProfile: 422,
     errors.InvalidRange: 416,
     errors.UnsupportedFormat: 422,

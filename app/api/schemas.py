@@ -31,6 +31,16 @@ def _no_nul(value: str) -> str:
 
 
 NoNul = AfterValidator(_no_nul)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("needs text other than whitespace")
+    return value
+
+
+#: text that must hold something other than whitespace (a plan, a conclusion, a child's goal)
+NonBlank = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
 EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
@@ -103,7 +113,22 @@ class ToolDecl(BaseModel):
 ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
 
 
-class SessionCreate(Strict):
+class _SessionOptions(Strict):
+    """What a session create and a child create check alike: ``metadata.invalidation`` and
+    unique tool names."""
+
+    @field_validator("metadata", check_fields=False)
+    @classmethod
+    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _invalidation_mode(value)
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> _SessionOptions:
+        _unique_tool_names(getattr(self, "tools", None))
+        return self
+
+
+class SessionCreate(_SessionOptions):
     profile: str | None = Field(default=None, description="profile name; default from settings (qwen3)")
     model: ModelName | None = Field(default=None, description=(
         "the `model` of this session's request bodies in every format (openai, anthropic, tokens), e.g. the "
@@ -114,23 +139,21 @@ class SessionCreate(Strict):
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("metadata")
-    @classmethod
-    def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        """``metadata.invalidation``: how superseded observations are shown (README
-        "Invalidation"): ``auto`` (default), ``tombstone`` or ``notice``."""
-        mode = value.get("invalidation", "auto")
-        if mode not in ("auto", "tombstone", "notice"):
-            raise ValueError(f"metadata.invalidation must be auto, tombstone or notice, not {mode!r}")
-        return value
 
-    @model_validator(mode="after")
-    def _unique_tools(self) -> SessionCreate:
-        names = [t.function.name for t in self.tools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"tool names must be unique; repeated: {dupes}")
-        return self
+def _invalidation_mode(value: dict[str, Any]) -> dict[str, Any]:
+    """``metadata.invalidation``: how superseded observations are shown (README
+    "Invalidation"): ``auto`` (default), ``tombstone`` or ``notice``."""
+    mode = value.get("invalidation", "auto")
+    if mode not in ("auto", "tombstone", "notice"):
+        raise ValueError(f"metadata.invalidation must be auto, tombstone or notice, not {mode!r}")
+    return value
+
+
+def _unique_tool_names(tools: list[ToolDecl] | None) -> None:
+    names = [t.function.name for t in tools or []]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"tool names must be unique; repeated: {dupes}")
 
 
 class SessionCreated(BaseModel):
@@ -149,6 +172,22 @@ class SessionOut(BaseModel):
     last_seq: int
     artifacts: dict[str, int]
     created_at: str
+    parent: str | None = Field(default=None, description="the parent session of a child session (issue 16)")
+    children: list[str] = Field(default_factory=list, description="ids of this session's child sessions, oldest first")
+
+
+class ChildCreate(_SessionOptions):
+    """A child session for a sub-agent (issue 16 item 2): it inherits the parent's tenant
+    and constraints verbatim (ids, texts, contract version); ``goal`` is the sub-task.
+    System text, tools, profile and model default to the parent's."""
+
+    goal: NonBlank
+    system: Annotated[str, NoNul] | None = None
+    tools: list[ToolDecl] | None = None
+    profile: str | None = None
+    model: ModelName | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
 
 
 class ToolCallIn(Strict):
@@ -275,7 +314,42 @@ class ObligationIn(Strict):
     status: Literal["open", "done", "dropped"] = "open"
 
 
-EventIn = Annotated[MessageIn | ToolResultIn | ArtifactWriteIn | StepIn | HypothesisIn | ObligationIn,
+class PlanIn(Strict):
+    """The agent's plan, whole (issue 16 item 1; seed 004 section 3.7): each plan event is a
+    new version (the server numbers them 1, 2, ... per session), appended to the leaf; a
+    pass folds the latest folded version into the progress record."""
+
+    event_id: EventId
+    kind: Literal["plan"]
+    text: NonBlank
+
+
+
+class DocumentIn(Strict):
+    """A retrieved document (issue 16 item 3; seed 004 section 3.1.2): placed next to the
+    instruction at the end of the leaf while current; a later document with the same
+    ``key`` replaces it."""
+
+    event_id: EventId
+    kind: Literal["document"]
+    key: NoteKey
+    source: Annotated[str, Field(min_length=1, max_length=2048), NoNul]
+    text: Annotated[str, Field(min_length=1)]
+
+
+class ConclusionIn(Strict):
+    """A sub-agent's conclusion, posted to its child session (issue 16 item 2): returned to
+    the parent session as one observation naming the child and the handle of the text. A
+    session without a parent refuses it (422)."""
+
+    event_id: EventId
+    kind: Literal["conclusion"]
+    text: NonBlank
+
+
+
+EventIn = Annotated[MessageIn | ToolResultIn | ArtifactWriteIn | StepIn | HypothesisIn | ObligationIn | PlanIn
+                    | DocumentIn | ConclusionIn,
                     Field(discriminator="kind")]
 
 
@@ -459,7 +533,8 @@ class ItemOut(Described):
 
     seq: int
     event_id: str
-    kind: Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation"]
+    kind: Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation", "plan", "document",
+                  "conclusion", "child_conclusion"]
     handle: str | None = None
     call_id: str | None = None
     bytes: int | None = Field(default=None, description="payload bytes (UTF-8) of a tool result")

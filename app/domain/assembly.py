@@ -49,13 +49,18 @@ from app.domain.manifest import (
 from app.domain.notes import note_items
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.redaction import redaction_transform
+from app.domain.scratchpad import Documents, current_documents, document_text, leaf_message
 from app.domain.supersession import InvalidationOptions, InvalidationPlan, plan_invalidation
 from app.domain.text import neutralise_control_text, neutralise_transform
 from app.domain.types import (
     ArtifactWriteEvent,
     Binding,
+    ChildConclusionEvent,
+    ConclusionEvent,
+    DocumentEvent,
     Event,
     MessageEvent,
+    PlanEvent,
     Session,
     StepEvent,
     ToolResultEvent,
@@ -137,7 +142,8 @@ class _Grouping:
     in a cache is never changed (another thread may be reading it): it is copied, then
     extended."""
 
-    __slots__ = ("firsts", "got", "groups", "last_seq", "messages", "owner", "seen", "step", "steps", "writes")
+    __slots__ = ("documents", "firsts", "got", "groups", "last_seq", "messages", "owner", "plans", "seen", "step", "steps",
+                 "writes")
 
     def __init__(self) -> None:
         self.seen: list[Event] = []
@@ -150,11 +156,19 @@ class _Grouping:
         self.step: StepEvent | None = None
         self.steps: list[StepEvent] = []  # every step, the latest last
         self.writes: list[ArtifactWriteEvent] = []
+        self.documents: list[DocumentEvent] = []  # every retrieved document (issue 16), in seq order
+        self.plans: list[PlanEvent] = []  # every plan version, in seq order
 
     def extend(self, events: Sequence[Event]) -> None:
         """Add ``events`` (in seq order, after every event seen so far)."""
         touched: set[int] = set()
         for event in events:
+            if isinstance(event, (PlanEvent, ChildConclusionEvent)):
+                # a plan version or a child's conclusion: a user message of its own at its seq
+                # (app/domain/scratchpad.py), so the leaf stays append-only when one arrives
+                if isinstance(event, PlanEvent):
+                    self.plans.append(event)
+                event = leaf_message(event)
             if isinstance(event, MessageEvent):
                 index = len(self.messages)
                 self.messages.append(event)
@@ -175,6 +189,8 @@ class _Grouping:
                 self.steps.append(event)
             elif isinstance(event, ArtifactWriteEvent):
                 self.writes.append(event)
+            elif isinstance(event, DocumentEvent):
+                self.documents.append(event)
             # hypothesis and obligation events are not rendered in the leaf (README "Hypotheses
             # and obligations"): the progress record carries their current values
         for index in touched:
@@ -192,6 +208,7 @@ class _Grouping:
         out.firsts = list(self.firsts)
         out.owner, out.got, out.groups = dict(self.owner), list(self.got), list(self.groups)
         out.step, out.steps, out.writes = self.step, list(self.steps), list(self.writes)
+        out.documents, out.plans = list(self.documents), list(self.plans)
         return out
 
     @classmethod
@@ -508,6 +525,10 @@ def elision_note(dropped: Sequence[TurnGroup], sizes: Sizes, *,
         lines.append(f"- seq {older[0].first_seq}-{older_last}: {len(older)} older turn groups; their turn and "
                      f"result handles are listed in index {handle[:SHORT_HANDLE]} (JSON)")
     lines.extend(_group_line(group, sizes) for group in recent)
+    plan = next((g.message for g in reversed(dropped) if g.message.kind == "plan"), None)
+    if plan is not None:  # the scratchpad survives eviction (seed 001): its latest evicted version
+        lines += ["", (f"Plan as of seq {plan.seq}, the latest version among the evicted turns (a later version "
+                       "below, if any, replaces it):"), plan.content]
     return "\n".join(lines), derived
 
 
@@ -576,7 +597,8 @@ NOTES_KEPT = 8  # elision notes kept in a leaf cache (the cuts one GET's search 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
                   step: StepEvent | None, sizes: Sizes, control: Sequence[str] = (),
                   cache: MutableMapping[Any, Any] | None = None, *,
-                  record_trunk: tuple[str, Mapping[str, bytes]] | None = None) -> tuple[Conversation, dict[str, bytes]]:
+                  record_trunk: tuple[str, Mapping[str, bytes]] | None = None,
+                  documents: Sequence[DocumentEvent] = ()) -> tuple[Conversation, dict[str, bytes]]:
     """The conversation with ``dropped`` elided, and the index payloads its note names.
     The note's argument previews and the step text have their ``control`` strings
     neutralised; the contract is verbatim (session create refuses one that spells any).
@@ -584,7 +606,9 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
     dropped groups they name (the same objects from GET to GET while the cut stays).
     ``record_trunk``: the trunk text (contract + progress record) and its index payloads
     when a progress record replaces the elision note (select); the record's text has its
-    control strings neutralised, and the note cache is not used."""
+    control strings neutralised, and the note cache is not used. ``documents``: the current
+    retrieved documents, placed next to the instruction: after the kept turns, before the
+    next step (issue 16; seed 004 section 3.1.2), one user message each."""
     contract = render_contract(session.contract)
     if record_trunk is not None:
         text = record_trunk[0]
@@ -610,12 +634,33 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
     leaf: list[LeafMessage] = []
     for messages in leaf_groups:
         leaf.extend(messages)
+    for document in documents:
+        text, broken = neutralise_control_text(document_text(document), control)
+        leaf.append(LeafMessage(role="user", content=text, seq=document.seq, neutralised=broken))
     if step is not None:
         text, broken = neutralise_control_text(step.text, control)
         leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
     conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
                                 leaf=tuple(leaf))
     return conversation, derived
+
+
+def plan_roles(measurement: Measurement, conversation: Conversation, plan_seqs: frozenset[int],
+               meter: TokenMeter) -> Measurement:
+    """``measurement`` with the text tokens of the plan versions in the leaf counted under
+    ``task_state`` instead of ``observations`` (issue 16 item 1: the plan is task state
+    wherever it sits; its chat framing stays with the leaf's observations). Totals and
+    zones unchanged; itself when the leaf holds no plan."""
+    if not plan_seqs:
+        return measurement
+    moved = sum(meter.count_text(m.content) for m in conversation.leaf if m.seq in plan_seqs and m.role == "user")
+    if not moved:
+        return measurement
+    roles = dict(measurement.by_role)
+    moved = min(moved, roles.get("observations", 0))
+    roles["observations"] = roles.get("observations", 0) - moved
+    roles["task_state"] = roles.get("task_state", 0) + moved
+    return replace(measurement, by_role=roles)
 
 
 def folded_why(seq: int, previous_cut_seq: int, cut_seq: int) -> str:
@@ -697,8 +742,48 @@ def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: 
     return tuple(out)
 
 
+def _side_items(documents: Documents, side_events: Sequence[Event], conversation: Conversation, *, boundary: int,
+                folded: frozenset[int], why_folded: Callable[[int], str]) -> list[Item]:
+    """Manifest items of the retrieved documents and a child's conclusions (issue 16): a
+    current document is verbatim in the leaf next to the instruction (any seq); a replaced
+    one (and a conclusion) from ``boundary`` on is folded when the record lists its seq
+    (``folded``), else superseded (a conclusion: not rendered here), each naming its handle."""
+    neutralised = {m.seq: m.neutralised for m in conversation.leaf if m.seq is not None and m.neutralised}
+    out = []
+    for doc in documents.current:
+        broken = neutralised.get(doc.seq, 0)
+        out.append(Item(seq=doc.seq, event_id=doc.event_id, kind="document", handle=doc.handle, zone="leaf",
+                        representation=Representation.VERBATIM,
+                        why=f"current retrieved document [{doc.key}]: next to the instruction, at the end of the leaf",
+                        transforms=(neutralise_transform(broken),) if broken else ()))
+    for event in side_events:
+        if event.seq < boundary:
+            continue
+        if isinstance(event, ConclusionEvent):
+            why = f"returned to the parent session as its event seq {event.parent_seq}"
+            rep = Representation.NOT_RENDERED
+        else:
+            assert isinstance(event, DocumentEvent)
+            later = documents.replaced_by(event)
+            why = f"a later document with key {event.key!r} (seq {later.seq if later else '-'}) replaced it"
+            rep = Representation.SUPERSEDED
+        if event.seq in folded:
+            why, rep = f"{why}; {why_folded(event.seq)}", Representation.FOLDED
+        out.append(Item(seq=event.seq, event_id=event.event_id, kind=event.kind, handle=event.handle,
+                        zone="trunk" if rep is Representation.FOLDED else None, representation=rep, why=why))
+    return out
+
+
 KEPT = "kept"  # _group_items: the group is in the request
 EVICTED = "evicted"  # _group_items: the group is named in the elision note
+
+
+_LEAF_WHY = {  # issue 16: events that enter the leaf as a user message of their own
+    "plan": "plan version, appended to the leaf at its seq (counted under task_state; a pass folds the latest "
+            "folded version into the progress record)",
+    "child_conclusion": "a child session's conclusion, one observation at its seq (the child's own events never "
+                        "enter this session's requests)",
+}
 
 
 def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], messages: Sequence[LeafMessage],
@@ -748,8 +833,8 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
         else:
             item = Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
                         transforms=tuple(leaf_transforms(group)) if event is group.message else (),
-                        why="recent turn" + (" (calls awaiting a result are left out until it arrives)"
-                                             if group.pending else ""))
+                        why=_LEAF_WHY.get(group.message.kind, "recent turn") + (
+                            " (calls awaiting a result are left out until it arrives)" if group.pending else ""))
         if placement == KEPT and event.seq in neutralised:  # the leaf's texts with control strings broken
             item = replace(item, transforms=(*item.transforms, neutralise_transform(neutralised[event.seq])))
         if placement == KEPT and event.redactions:  # secrets redacted at ingest (issue 12): its text in requests
@@ -939,6 +1024,8 @@ def assemble_window(
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
     grouping = _Grouping.of(events, cache)
     groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
+    documents = current_documents(grouping.documents)
+    plan_seqs = frozenset(p.seq for p in grouping.plans)
     known = payload_tokens or {}
     options = invalidation or InvalidationOptions()
     graph = build_graph(events)
@@ -995,8 +1082,8 @@ def assemble_window(
                                            count=meter.count_text, memo=cache, pinned=pin)
             record_trunk = (text, records[k].index_payloads)
         conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings, cache,
-                                              record_trunk=record_trunk)
-        return conv, meter.measure(conv)
+                                              record_trunk=record_trunk, documents=documents.current)
+        return conv, plan_roles(meter.measure(conv), conv, plan_seqs, meter)
 
     conversation, measurement = build(first_kept)
     k = first_kept
@@ -1084,8 +1171,14 @@ def assemble_window(
     ranges: list[EventRange] = []
     pinned_at = groups[pin] if pin is not None else None
     note_events = [e for e in events if e.kind in ("hypothesis", "obligation")]
+    record_now = records.get(k)
+    folded_now = frozenset(record_now.folded_seqs) if record_now is not None and fold is not None else frozenset()
+    # bookkeeping accounted like notes: a child's conclusions (not rendered in its own requests)
+    # and the replaced documents (issue 16)
+    side_events: list[Event] = [*(e for e in events if isinstance(e, ConclusionEvent)), *documents.replaced]
     range_key = (tuple(groups[:older]), step, tuple(known_counts[:older]), next(iter(derived), None),
-                 fold is not None, pin, tuple(e.seq for e in note_events if e.seq < boundary))
+                 fold is not None, pin, tuple(e.seq for e in note_events if e.seq < boundary),
+                 tuple((e.seq, e.seq in folded_now) for e in side_events if e.seq < boundary))
     kept_ranges: list[tuple[Any, tuple[EventRange, ...]]] = cache.get("event ranges", [])
     found_range = next((value for key, value in kept_ranges if key == range_key), None)
     if found_range is not None:
@@ -1100,6 +1193,12 @@ def assemble_window(
                 kind = kind if fold is None else Representation.FOLDED
                 counts[kind] = counts.get(kind, 0) + 1
                 seqs.append(event.seq)
+        for side in side_events:
+            if side.seq < boundary:
+                kind = Representation.FOLDED if side.seq in folded_now else \
+                    Representation.NOT_RENDERED if isinstance(side, ConclusionEvent) else Representation.SUPERSEDED
+                counts[kind] = counts.get(kind, 0) + 1
+                seqs.append(side.seq)
         results = [bounded[r.handle] for g in groups[:older] if g is not pinned_at for r in g.results]
         ranges.append(EventRange(
             seq_from=min(seqs), seq_to=max(seqs), events=len(seqs), representations=counts,
@@ -1170,10 +1269,13 @@ def assemble_window(
     items.extend(Item(seq=n["seq"], event_id=n["event_id"], kind=n["kind"], zone=n["zone"],
                       representation=Representation(n["representation"]), why=n["why"])
                  for n in note_items(events) if n["seq"] >= boundary)
+    items.extend(_side_items(documents, side_events, conversation, boundary=boundary, folded=folded_now,
+                             why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq)))
     if fold is not None:  # bookkeeping before the fold point (writes, notes, older steps) is in the record
         items = [replace(i, representation=Representation.FOLDED, zone="trunk",
                          why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq))
                  if i.seq < cut_seq and i.representation in (Representation.NOT_RENDERED, Representation.SUPERSEDED)
+                 and i.kind not in ("document", "conclusion")  # _side_items placed them
                  else i for i in items]
     items.sort(key=_SEQ)
     declared = declared_tools(session)

@@ -66,6 +66,14 @@ class MessageConflict(EventConflict):
     title = "Message conflict"
 
 
+class SessionHasChildren(DomainError):
+    """Deleting a session that still has child sessions (issue 16): refused, so a child's
+    parent link never dangles and a conclusion always has a parent to return to. Delete the
+    children first (``children`` lists their ids)."""
+
+    title = "Session has child sessions"
+
+
 class UnknownProfile(DomainError):
     title = "Unknown profile"
 

@@ -75,13 +75,15 @@ def explain_divergence(previous: Mapping[str, Any], current: Mapping[str, Any], 
         if i >= len(cur_leaf) or cur_leaf[i] != entry:
             seq, role = entry[0], entry[1]
             if seq not in current_seqs:
-                reason = "leaf message removed (evicted)"
+                reason = ("leaf message removed (evicted, or a retrieved document replaced by a later one with its "
+                          "key)")
             elif i == len(prev_leaf) - 1 and role == "user":
                 reason = "the next step stays last in the leaf: new events were placed before it"
             elif i < len(cur_leaf) and cur_leaf[i][0] == seq:
                 reason = "leaf message re-rendered in place (a pending tool call got its result)"
             else:
-                reason = "leaf order changed"
+                reason = ("leaf order changed: retrieved documents stay next to the instruction, so new events "
+                          "were placed before them")
             return {"zone": "leaf", "seq": seq, "token_offset": offset, "reason": reason}
     return {"zone": "leaf", "seq": prev_leaf[-1][0] if prev_leaf else None, "token_offset": offset,
             "reason": "chat template re-rendered the end of the previous request "

@@ -67,7 +67,8 @@ def searchable_texts(kind: str, body: Mapping[str, Any], payload: str | None = N
     covers: a tool result's ``payload`` (``payload``: the text requests render, its redacted
     view when ingest redacted it: secrets are not searchable), a message's ``content``,
     ``reasoning`` and ``tool_calls`` (one line per call: ``name arguments``), a step's,
-    hypothesis' or obligation's ``text``, an artifact write's ``artifact``. Empty texts are
+    hypothesis', obligation's, plan's, document's or conclusion's ``text`` (issue 16), an
+    artifact write's ``artifact``. Empty texts are
     left out."""
     pairs: list[tuple[str, str]] = []
     if kind == "tool_result":
@@ -77,7 +78,7 @@ def searchable_texts(kind: str, body: Mapping[str, Any], payload: str | None = N
         pairs.append(("reasoning", str(body.get("reasoning") or "")))
         calls = body.get("tool_calls") or []
         pairs.append(("tool_calls", "\n".join(f"{c.get('name', '')} {c.get('arguments', '')}" for c in calls)))
-    elif kind in ("step", "hypothesis", "obligation"):
+    elif kind in ("step", "hypothesis", "obligation", "plan", "document", "conclusion", "child_conclusion"):
         pairs.append(("text", str(body.get("text") or "")))
     elif kind == "artifact_write":
         pairs.append(("artifact", str(body.get("artifact") or "")))

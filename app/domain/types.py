@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
-EventKind = Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation"]
+EventKind = Literal["message", "tool_result", "artifact_write", "step", "hypothesis", "obligation", "plan",
+                    "document", "conclusion", "child_conclusion"]
+#: kinds of the leaf messages ctxd builds from events that are not messages (issue 16): a
+#: plan version and a sub-agent's conclusion each enter the leaf as a user message of their own
+LeafKind = Literal["message", "plan", "child_conclusion"]
 HypothesisStatus = Literal["working", "supported", "refuted"]
 ObligationStatus = Literal["open", "done", "dropped"]
 HYPOTHESIS_STATUSES: tuple[str, ...] = ("working", "supported", "refuted")
@@ -96,7 +100,9 @@ class MessageEvent:
     tool_calls: tuple[ToolCall, ...] = ()
     redactions: tuple[str, ...] = ()  # kinds of the secrets redacted at ingest (the handle keeps them)
     thinking: tuple[ThinkingBlock, ...] = ()  # Anthropic thinking blocks, as posted (issue 14)
-    kind: Literal["message"] = "message"
+    # "message" for a posted message; "plan" / "child_conclusion" for the leaf message ctxd
+    # builds from such an event (app/domain/scratchpad.py), never stored as a message
+    kind: LeafKind = "message"
     at: float | None = None  # the server's time of the event (epoch seconds) when loaded from storage
 
 
@@ -169,8 +175,74 @@ class ObligationEvent:
     kind: Literal["obligation"] = "obligation"
 
 
+@dataclass(frozen=True)
+class PlanEvent:
+    """The agent's own plan (seed 004 section 3.7 scratchpad, seed 001 "The scratchpad / plan
+    file"; issue 16 item 1): the whole current text of the plan, ``version`` 1, 2, ... per
+    session (the server numbers them at ingest). Each version enters the leaf as a user
+    message at its seq (appended: the earlier request stays a prefix); a pass folds the
+    latest folded version into the progress record. ``handle``: the text's payload."""
+
+    seq: int
+    event_id: str
+    text: str
+    version: int
+    handle: str
+    kind: Literal["plan"] = "plan"
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class DocumentEvent:
+    """A retrieved document (seed 004 section 3.1.2 consequence 2; issue 16 item 3):
+    ``source`` (where it came from: a URL, a path, a query), ``text``, ``key``. A later
+    document with the same key replaces it. While current it is placed next to the
+    instruction, at the end of the leaf. ``handle``: the text's payload."""
+
+    seq: int
+    event_id: str
+    key: str
+    source: str
+    text: str
+    handle: str
+    kind: Literal["document"] = "document"
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class ConclusionEvent:
+    """A sub-agent's conclusion, posted to its child session (seed 001 "Sub-agents as
+    context isolation"; issue 16 item 2). Ingest appends it to the parent session as a
+    :class:`ChildConclusionEvent` (``parent_seq``); the child's requests do not render it."""
+
+    seq: int
+    event_id: str
+    text: str
+    handle: str
+    parent_seq: int
+    kind: Literal["conclusion"] = "conclusion"
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class ChildConclusionEvent:
+    """In the parent session: the conclusion of child session ``child`` (its event
+    ``child_seq``), payload stored behind ``handle`` in the parent's tenant. One observation
+    in the parent's leaf, at its seq; nothing else of the child enters the parent."""
+
+    seq: int
+    event_id: str
+    child: str
+    child_seq: int
+    text: str
+    handle: str
+    kind: Literal["child_conclusion"] = "child_conclusion"
+    at: float | None = None
+
+
 NoteEvent = HypothesisEvent | ObligationEvent
-Event = MessageEvent | ToolResultEvent | ArtifactWriteEvent | StepEvent | HypothesisEvent | ObligationEvent
+Event = (MessageEvent | ToolResultEvent | ArtifactWriteEvent | StepEvent | HypothesisEvent | ObligationEvent
+         | PlanEvent | DocumentEvent | ConclusionEvent | ChildConclusionEvent)
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
 from app.adapters import miniswe
-from app.domain.compaction.record import render_record
+from app.domain.compaction.record import call_text, render_record
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
 from app.domain.manifest import InvalidationReport, Item
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
@@ -94,6 +94,7 @@ class RequestView:
     trunk_text: str = ""  # the trunk (contract + progress record) when a record is in it
     items: dict[str, Item] | None = None  # call_id -> manifest item of its result (service policies)
     invalidation: InvalidationReport | None = None  # the manifest's invalidation summary (service policies)
+    scratchpad: dict[str, Any] = field(default_factory=dict)  # CallRecord's issue-16 fields (select-scratchpad)
 
 
 class PolicyRun(Protocol):
@@ -289,10 +290,102 @@ class ServicePolicy:
     infer_bindings: bool
     invalidation: str = "auto"  # how superseded observations are shown (session metadata.invalidation)
     setting: SweepSetting | None = None  # select with these watermarks instead of the profile's
+    scratchpad: bool = False  # issue 16: post plan versions, documents and a child session's conclusion
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
-        return _ServiceRun(traj, ctx, self.invalidation, policy="window" if self.name == "window" else "select",
-                           setting=self.setting)
+        run = _ServiceRun(traj, ctx, self.invalidation, policy="window" if self.name == "window" else "select",
+                          setting=self.setting)
+        return _ScratchpadRun(run) if self.scratchpad else run
+
+
+PLAN_EVERY = 5  # select-scratchpad: a plan version every 5 model calls
+DOCUMENT_EVERY = 4  # ... and the latest file read as a retrieved document every 4 calls (one key: it replaces)
+CHILD_AT, CONCLUDE_AT = 3, 6  # ... a child session created at call 3, concluding at call 6
+DOCUMENT_CHARS = 2000
+_PREFIXES = {"plan": "## Plan (version ", "document": "## Retrieved document [",
+             "conclusion": "## Conclusion of sub-agent session "}
+
+
+class _ScratchpadRun:
+    """``select-scratchpad`` (issue 16): the select run, plus what an agent that keeps a plan,
+    retrieves documents and delegates would post, built from the trajectory itself so every
+    run is reproducible: every PLAN_EVERY calls a plan version (a checklist of the commands
+    run so far, the latest ticked); every DOCUMENT_EVERY calls the latest tool output as a
+    retrieved document (key ``latest-read``, so each replaces the previous one); a child
+    session at call CHILD_AT that runs the trajectory's latest command and concludes at call
+    CONCLUDE_AT. The record per call says what the request holds of them."""
+
+    def __init__(self, run: _ServiceRun) -> None:
+        self.run = run
+        self.commands: list[str] = []
+        self.last_output = ""
+        self.versions = 0
+        self.child: str | None = None
+        self.children = 0
+
+    def post(self, events: Sequence[dict[str, Any]]) -> None:
+        for e in events:
+            if e["kind"] == "message":
+                self.commands += [call_text(c["arguments"]) if isinstance(c["arguments"], str) else str(c["arguments"]) for c in e.get("tool_calls") or ()]
+            elif e["kind"] == "tool_result" and e["payload"].strip():
+                self.last_output = e["payload"]
+        self.run.post(events)
+
+    def _post(self, session_id: str, events: list[dict[str, Any]]) -> None:
+        from app.api.schemas import EventBatch
+        from app.services import sessions as session_service
+
+        batch = EventBatch.model_validate({"events": events})
+        with self.run.ctx.unit_of_work() as db:
+            session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events])
+
+    def request(self, call: miniswe.ModelCall) -> RequestView:
+        from app.services import sessions as session_service
+
+        events: list[dict[str, Any]] = []
+        if call.index % PLAN_EVERY == 0 and self.commands:
+            self.versions += 1
+            done = [" ".join(c.split())[:100] for c in self.commands[-8:]]
+            text = "\n".join(f"- [x] {c}" for c in done[:-1]) + f"\n- [ ] after: {done[-1]}\n- [ ] run the tests"
+            events.append({"event_id": f"plan-{self.versions}", "kind": "plan", "text": text.lstrip("\n")})
+        if call.index % DOCUMENT_EVERY == 1 and self.last_output.strip():
+            events.append({"event_id": f"doc-{call.index}", "kind": "document", "key": "latest-read",
+                           "source": f"trace output before call {call.index}",
+                           "text": self.last_output[:DOCUMENT_CHARS]})
+        if events:
+            self._post(self.run.session_id, events)
+        if call.index == CHILD_AT:
+            with self.run.ctx.unit_of_work() as db:
+                self.child = session_service.create_child(db, self.run.ctx.profiles, self.run.session_id,
+                                                          goal="Check the latest command's output.", system=None,
+                                                          tools=None, metadata={})
+            self.children += 1
+            command = self.commands[-1] if self.commands else "true"
+            self._post(self.child, [
+                {"event_id": "c-a", "kind": "message", "role": "assistant", "content": "Checking.",
+                 "tool_calls": [{"call_id": "c1", "name": "bash", "arguments": {"command": command}}]},
+                {"event_id": "c-r", "kind": "tool_result", "call_id": "c1", "payload": self.last_output or "(none)",
+                 "exit_code": 0}])
+        if call.index == CONCLUDE_AT and self.child is not None:
+            self._post(self.child, [{"event_id": "c-done", "kind": "conclusion",
+                                     "text": f"Checked `{' '.join(self.commands[-1].split())[:80] if self.commands else ''}`: "
+                                             f"{len(self.last_output.splitlines())} lines of output, nothing to fix."}])
+        view = self.run.request(call)
+        if view.error is not None:
+            return view
+        meter = self.run.ctx.meters.get(self.run.ctx.profiles.get(self.run.ctx.profile))
+        found: dict[str, list[int]] = {k: [] for k in _PREFIXES}
+        for m in view.messages[2:]:
+            content = m.get("content") or ""
+            for kind, prefix in _PREFIXES.items():
+                if m.get("role") == "user" and content.startswith(prefix):
+                    found[kind].append(int(meter.count_text(content)))
+        trunk = view.messages[1].get("content") or "" if len(view.messages) > 1 else ""
+        return replace(view, scratchpad={
+            "plans": len(found["plan"]), "plan_tokens": sum(found["plan"]), "plan_in_record": "\n## Plan (version" in trunk,
+            "documents": len(found["document"]), "document_tokens": sum(found["document"]),
+            "children": self.children, "conclusions": len(found["conclusion"]),
+            "conclusion_tokens": sum(found["conclusion"])})
 
 
 @dataclass(frozen=True)
@@ -343,6 +436,8 @@ POLICIES: dict[str, Policy] = {
     # the tombstone-versus-notice token and cache effect is select-tombstone against select-notice
     "select-tombstone": ServicePolicy("select-tombstone", infer_bindings=True, invalidation="tombstone"),
     "select-notice": ServicePolicy("select-notice", infer_bindings=True, invalidation="notice"),
+    # select with the agent's plan, retrieved documents and a sub-agent (issue 16), from the trace itself
+    "select-scratchpad": ServicePolicy("select-scratchpad", infer_bindings=True, scratchpad=True),
 }
 
 

@@ -139,6 +139,15 @@ class CallRecord:
     noticed: int = 0
     notice_tokens: int = 0
     stale_tokens_kept: int = 0
+    # issue 16 (select-scratchpad): what the request holds of plans, sub-agents and documents
+    plans: int = 0  # plan versions in the leaf
+    plan_tokens: int = 0  # their text tokens (counted under task_state)
+    plan_in_record: bool = False  # a plan version folded into the trunk's progress record
+    documents: int = 0  # current retrieved documents (next to the instruction)
+    document_tokens: int = 0
+    children: int = 0  # child sessions created so far
+    conclusions: int = 0  # child conclusions in the leaf (one observation each)
+    conclusion_tokens: int = 0
 
 
 @dataclass
@@ -182,7 +191,7 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
         compaction_pass=view.compaction_pass, grounding_record_hits=in_record,
         stale_items=per_item, tombstones=inv.tombstones, tombstone_tokens=inv.tombstone_tokens,
         replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
-        stale_tokens_kept=inv.stale_tokens_kept,
+        stale_tokens_kept=inv.stale_tokens_kept, **view.scratchpad,
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,
         uncached_tokens=view.total - view.cached, over_limit=view.total > view.input_limit,
         by_role=view.by_role, by_zone=view.by_zone,

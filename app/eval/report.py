@@ -70,6 +70,11 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         "errors": sum(1 for r in records if r.error),
         "by_role": {k: sum(r.by_role.get(k, 0) for r in records) for k in ROLES},
         "by_zone": {k: sum(r.by_zone.get(k, 0) for r in records) for k in ZONES},
+        # issue 16 (select-scratchpad): per call, summed; children = child sessions at the last call
+        "scratchpad": {**{k: sum(getattr(r, k) for r in records) for k in
+                          ("plans", "plan_tokens", "documents", "document_tokens", "conclusions", "conclusion_tokens")},
+                       "calls_with_plan_in_record": sum(1 for r in records if r.plan_in_record),
+                       "children": max((r.children for r in records), default=0)},
     }
     return out
 
@@ -279,6 +284,18 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
             + [_fmt(e["total"]["uncached_tokens"])] for p, e in pols.items()]
     lines += _table(["policy", "stale (text)", "stale (per item)", "tombstones", "tombstone tokens",
                      "replaced tokens", "noticed", "notice tokens", "stale tokens kept", "uncached tokens"], rows)
+    scratch = {p: e for p, e in pols.items() if any(e["total"].get("scratchpad", {}).values())}
+    if scratch:
+        lines += ["", ("Plans, sub-agents and retrieved documents (issue 16; per call, summed over calls; children: "
+                       "child sessions created per trace, summed):"), ""]
+        keys = ("plans", "plan_tokens", "calls_with_plan_in_record", "documents", "document_tokens", "children",
+                "conclusions", "conclusion_tokens")
+        rows = [[p, *(_fmt(sum(t["scratchpad"][k] for t in e["traces"].values()) if k == "children"
+                           else e["total"]["scratchpad"][k]) for k in keys), _fmt(e["total"]["uncached_tokens"])]
+                for p, e in scratch.items()]
+        lines += _table(["policy", "plan versions in leaf", "plan tokens (task_state)", "calls with plan in record",
+                         "documents", "document tokens", "children", "conclusions", "conclusion tokens",
+                         "uncached tokens"], rows)
     prov = results["provider"]["total"]
     lines += ["", "## What the provider billed (the real run)", "",
               ("Sums over the trajectories' recorded usage: DeepSeek's tokenizer and its own prompt cache, so a "

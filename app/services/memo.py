@@ -52,7 +52,8 @@ def _event_bytes(event: Event) -> int:
         text = len(event.content) + len(event.reasoning or "")
         text += sum(len(c.arguments) + len(c.name) + len(c.call_id) for c in event.tool_calls)
         return 2 * text + 200
-    return 200
+    text_of = getattr(event, "text", None)  # plans, documents, conclusions (issue 16): text twice too
+    return 2 * len(text_of) + 200 if isinstance(text_of, str) else 200
 
 
 @dataclass

@@ -39,7 +39,7 @@ from app.tokenizers.profiles import ProfileRegistry
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
                    tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None,
-                   model: str | None = None, tenant_id: str = DEFAULT_TENANT) -> str:
+                   model: str | None = None, tenant_id: str = DEFAULT_TENANT, parent_id: str | None = None) -> str:
     """Create a session of tenant ``tenant_id``; returns its id (32 hex chars). ``model`` is the ``model`` of the
     session's request bodies (every format); None follows the profile's model.
 
@@ -60,7 +60,7 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
         check_protected_text(profiles, meters, profile, protected)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     metadata=metadata, model=model, tenant_id=tenant_id)
+                     metadata=metadata, model=model, tenant_id=tenant_id, parent_id=parent_id)
     return session_id
 
 
@@ -108,6 +108,7 @@ def describe_session(db: OrmSession, session_id: str, profiles: ProfileRegistry)
         "id": row.id, "profile": row.profile, "model": session_model(row, profiles), "contract": row.contract, "system": row.system, "tools": row.tools,
         "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
         "artifacts": artifacts, "created_at": row.created_at.isoformat(),
+        "parent": row.parent_id, "children": repo.child_ids(db, session_id),
     }
 
 
@@ -198,6 +199,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     redacted: list[str] = []       # in the metrics once the batch is committed (never a rolled-back one)
     results: list[dict[str, Any]] = []
     seq = row.last_seq
+    plans: int | None = None  # plan versions stored so far (read once, at the batch's first plan)
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
         digest = _fingerprint(_canonical_event(event))
@@ -259,6 +261,29 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"])
             body["revision"] = revision
+        elif kind in ("plan", "document", "conclusion"):
+            # issue 16: the text is kept whole behind a handle too (the record and the
+            # manifest name it when the text leaves the request)
+            data = _checked_payload(body["text"].encode("utf-8"), max_payload_bytes, field="text", **where)
+            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
+            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            done = redaction.redact_payload(body["text"]) if redact else None
+            if done is not None:
+                redacted += done.kinds
+            if done is not None and done.changed:  # as a message: redacted in requests, whole behind the handle
+                body["text"] = done.text
+                body["redactions"] = list(done.kinds)
+            if kind == "plan":
+                plans = repo.plan_versions(db, session_id) if plans is None else plans
+                plans += 1
+                body["version"] = plans
+            elif kind == "conclusion":
+                if row.parent_id is None:
+                    raise InvalidEvent(f"event {index} ({event_id!r}): a conclusion is posted to a child session "
+                                       "(POST /v1/sessions/{id}/children); this session has no parent", **where)
+                body["parent_seq"] = _return_conclusion(db, row.parent_id, child=session_id, child_seq=seq + 1,
+                                                        text=body["text"], data=data)
+                appended["child_conclusion"] = appended.get("child_conclusion", 0) + 1
         elif kind == "hypothesis":
             # seqs are dense (1..last_seq), so an existing earlier event is 1 <= s <= seq
             unknown = sorted({s for s in body.get("depends_on") or [] if not 1 <= s <= seq})
@@ -279,6 +304,49 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     if appended or redacted:
         after_commit(db, lambda: _count_ingested(appended, redacted))
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
+
+
+def _return_conclusion(db: OrmSession, parent_id: str, *, child: str, child_seq: int, text: str, data: bytes) -> int:
+    """Append a child's conclusion to its parent session (issue 16 item 2): one
+    ``child_conclusion`` event {child, child_seq, text, handle}, the text stored behind a
+    handle owned by the parent (its tenant: a child is always its parent's tenant's). The
+    parent's row is locked after the child's (a parent never locks a child: no cycle).
+    Returns the parent's new seq. Raises SessionNotFound if the parent is gone (cannot
+    happen while deleting a parent with children is refused)."""
+    parent = require_session_row(db, parent_id, lock=True)
+    seq = parent.last_seq + 1
+    handle = own_payload(db, data, session_id=parent.id, tenant_id=parent.tenant_id)
+    parent.stored_bytes = (parent.stored_bytes or 0) + len(data)
+    body = {"child": child, "child_seq": child_seq, "text": text, "handle": handle}
+    event_id = f"child:{child}:{child_seq}"  # the server's; unique per child event, within 200 chars
+    repo.append_event(db, session_id=parent.id, seq=seq, event_id=event_id, kind="child_conclusion", body=body,
+                      body_sha256=_fingerprint(body))
+    search_store.add_event_texts(db, parent.id, [(seq, f, t) for f, t in searchable_texts("child_conclusion", body)])
+    parent.last_seq = seq
+    return seq
+
+
+def create_child(db: OrmSession, profiles: ProfileRegistry, parent_id: str, *, goal: str, system: str | None,
+                 tools: list[dict[str, Any]] | None, metadata: dict[str, Any], meters: MeterRegistry | None = None,
+                 profile: str | None = None, model: str | None = None) -> str:
+    """Create a child session of ``parent_id`` for a sub-agent (issue 16 item 2; seed 001
+    "Sub-agents as context isolation"): the parent's tenant, the parent's constraints
+    verbatim (ids, texts and ``contract_version``) with ``goal`` as the child's goal; the
+    parent's system text, tools, profile and model unless given. Returns the child's id.
+
+    Raises:
+        SessionNotFound: no such parent (404; the caller checked the tenant).
+        UnknownProfile, ControlTokenInText: as :func:`create_session` (422).
+    """
+    parent = require_session_row(db, parent_id)
+    contract = {"goal": goal, "constraints": list((parent.contract or {}).get("constraints") or []),
+                "contract_version": int((parent.contract or {}).get("contract_version") or 1)}
+    child = create_session(db, profiles, profile=profile or parent.profile, contract=contract,
+                           system=parent.system if system is None else system,
+                           tools=list(parent.tools or []) if tools is None else tools, metadata=metadata,
+                           meters=meters, model=model if model is not None else parent.model,
+                           tenant_id=parent.tenant_id, parent_id=parent.id)
+    return child
 
 
 def _count_ingested(appended: dict[str, int], redacted: Sequence[str]) -> None:

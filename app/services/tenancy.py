@@ -23,8 +23,16 @@ from typing import Any
 
 from sqlalchemy.orm import Session as OrmSession
 
-from app.domain.errors import HandleNotFound, InvalidParameter, SessionNotFound, StorageQuotaExceeded, Unauthorized
+from app.domain.errors import (
+    HandleNotFound,
+    InvalidParameter,
+    SessionHasChildren,
+    SessionNotFound,
+    StorageQuotaExceeded,
+    Unauthorized,
+)
 from app.domain.tenancy import DEFAULT_TENANT, Principal
+from app.store import repository as repo
 from app.store import retention
 from app.store import tenancy as store
 
@@ -149,6 +157,11 @@ def delete_session(db: OrmSession, session_id: str, principal: Principal) -> dic
     """Delete the principal's session and all of it, and the payloads no other session
     references (``app/store/tenancy.py delete_session``). Raises SessionNotFound (404)."""
     require_session(db, session_id, principal)
+    children = repo.child_ids(db, session_id)
+    if children:
+        raise SessionHasChildren(f"session {session_id!r} has {len(children)} child session(s); delete them first "
+                                 "(a child's conclusion returns to its parent, so a parent outlives its children)",
+                                 session_id=session_id, children=children[:100])
     return store.delete_session(db, session_id)
 
 

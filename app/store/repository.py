@@ -21,12 +21,16 @@ from app.domain.state import LayoutState, PreviousRequest, SessionState
 from app.domain.types import (
     ArtifactWriteEvent,
     Binding,
+    ChildConclusionEvent,
+    ConclusionEvent,
     Constraint,
     Contract,
+    DocumentEvent,
     Event,
     HypothesisEvent,
     MessageEvent,
     ObligationEvent,
+    PlanEvent,
     Session,
     StepEvent,
     ThinkingBlock,
@@ -120,9 +124,9 @@ def load_session_state(db: Db, session_id: str,
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
                 tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
-                tenant_id: str = "default") -> SessionRow:
+                tenant_id: str = "default", parent_id: str | None = None) -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id)
+                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id, parent_id=parent_id)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
     db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0, deferred=[], shown_upto=0))
@@ -350,6 +354,18 @@ def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
     if row.kind == "obligation":
         return ObligationEvent(seq=row.seq, event_id=row.event_id, key=body["key"], text=body["text"],
                                status=body["status"])
+    if row.kind == "plan":
+        return PlanEvent(seq=row.seq, event_id=row.event_id, text=body["text"], version=body["version"],
+                         handle=body["handle"], at=at)
+    if row.kind == "document":
+        return DocumentEvent(seq=row.seq, event_id=row.event_id, key=body["key"], source=body["source"],
+                             text=body["text"], handle=body["handle"], at=at)
+    if row.kind == "conclusion":
+        return ConclusionEvent(seq=row.seq, event_id=row.event_id, text=body["text"], handle=body["handle"],
+                               parent_seq=body["parent_seq"], at=at)
+    if row.kind == "child_conclusion":
+        return ChildConclusionEvent(seq=row.seq, event_id=row.event_id, child=body["child"],
+                                    child_seq=body["child_seq"], text=body["text"], handle=body["handle"], at=at)
     return StepEvent(seq=row.seq, event_id=row.event_id, text=body["text"], at=at)
 
 
@@ -359,6 +375,18 @@ def thinking_from_json(data: dict[str, Any]) -> ThinkingBlock:
     if data.get("type") == "redacted_thinking":
         return ThinkingBlock(kind="redacted_thinking", text=str(data.get("data", "")))
     return ThinkingBlock(kind="thinking", text=str(data.get("thinking", "")), signature=data.get("signature"))
+
+
+def plan_versions(db: OrmSession, session_id: str) -> int:
+    """How many plan versions the session has stored (the next one is this + 1; issue 16)."""
+    return int(db.execute(select(func.count()).select_from(EventRow)
+                          .where(EventRow.session_id == session_id, EventRow.kind == "plan")).scalar_one())
+
+
+def child_ids(db: OrmSession, session_id: str) -> list[str]:
+    """The ids of the session's child sessions (issue 16), oldest first."""
+    return list(db.execute(select(SessionRow.id).where(SessionRow.parent_id == session_id)
+                           .order_by(SessionRow.created_at, SessionRow.id)).scalars())
 
 
 def binding_from_json(data: dict[str, Any]) -> Binding:

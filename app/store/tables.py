@@ -49,6 +49,11 @@ class SessionRow(Base):
     stored_bytes: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), default=0)
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the parent session of a sub-agent's child session (issue 16, migration 0012_session_parent);
+    # deleting a parent that still has children is refused (409), so the link never dangles
+    parent_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("sessions.id", name="fk_sessions_parent_id"),
+                                                  nullable=True, default=None,
+                                                  index=True)
 
 
 class LayoutStateRow(Base):

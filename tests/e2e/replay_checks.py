@@ -26,18 +26,26 @@ class ReplayStats:
     tombstones: int = 0
     noticed: int = 0
     invalidation_divergences: int = 0
+    appended_divergences: int = 0
 
 
 def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
                      template_ids: Callable[[dict[str, Any]], list[int]] | None = None,
-                     infer_bindings: bool = False, invalidation: str = "auto") -> ReplayStats:
+                     infer_bindings: bool = False, invalidation: str = "auto",
+                     before_get: Callable[[TestClient, str, int], None] | None = None,
+                     after_get: Callable[[str, int, dict[str, Any]], None] | None = None) -> ReplayStats:
     """Replay ``path``; for every request assert the DESIGN.md section 6 invariants.
     ``infer_bindings``: post the inferred read bindings and artifact writes too (the
     ``select`` policy's events), so superseded reads are shown as tombstones or notices
     (``invalidation``: the session's ``metadata.invalidation``).
 
     With ``template_ids`` (OpenAI body -> ids of the official ``apply_chat_template``), the
-    ``tokens`` format's ids must equal them exactly and the manifest's total must too."""
+    ``tokens`` format's ids must equal them exactly and the manifest's total must too.
+
+    ``before_get(client, session_id, call_index)`` may post more events before each GET
+    (issue 16: plans, a child session's conclusion); a user message it appends replaces the
+    previous request's generation prompt, the only leaf divergence then allowed.
+    ``after_get(session_id, call_index, response)`` checks each served response further."""
     traj = miniswe.load_trajectory(path)
     create = miniswe.session_create_body(traj, profile=profile)
     if invalidation != "auto":
@@ -58,8 +66,12 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
                     data = e["payload"].encode()
                     posted[hashlib.sha256(data).hexdigest()] = data
             continue
+        if before_get is not None:
+            before_get(client, sid, step.index)
         r = client.get(f"/v1/sessions/{sid}/request?format=openai")
         assert r.status_code == 200, r.text
+        if after_get is not None:
+            after_get(sid, step.index, r.json())
         body, manifest = r.json()["request"], r.json()["manifest"]
         total = manifest["tokens"]["total"]
         where = f"{path.name} call {step.index}"
@@ -105,6 +117,11 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
             if infer_bindings and divergence["reason"].startswith("invalidation:"):
                 # a tombstone replaces a superseded read in place, or a notice follows it (seed 000 table 9)
                 stats.invalidation_divergences += 1
+            elif before_get is not None and divergence["zone"] == "leaf" and "generation prompt" in \
+                    divergence["reason"]:
+                # a user message appended after the previous request (a plan version, a conclusion)
+                assert divergence["token_offset"] >= cache["previous_tokens"] - 3, f"{where}: {divergence}"
+                stats.appended_divergences += 1
             else:
                 assert divergence["zone"] == "trunk" and divergence["reason"].startswith("budget"), f"{where}: {divergence}"
                 assert manifest["layout"]["evicted_now"] > 0, where

@@ -139,3 +139,34 @@ def test_layout_deferral_columns_up_down_up(empty_url: str) -> None:
     upgrade_head(empty_url)
     assert _rows(empty_url, "SELECT session_id, shown_upto FROM layout_states ORDER BY session_id") == [
         ("s1", 0), ("s2", 0)]
+
+
+def test_session_parent_up_down_up(empty_url: str) -> None:
+    """Migration 0012_session_parent (issue 16): sessions stored at 0011 read back with no
+    parent; a child's link to its parent is stored and enforced (a parent that does not
+    exist is refused by the foreign key); down drops the column keeping the sessions, up
+    restores it empty."""
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0002")
+    _seed_at_0002(empty_url)
+    command.upgrade(config, "0011_message_positions")
+    upgrade_head(empty_url)
+    assert _rows(empty_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
+    engine = create_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE sessions SET parent_id = 's1' WHERE id = 's2'"))
+        with Session(engine) as db:
+            assert repo.child_ids(db, "s1") == ["s2"] and repo.child_ids(db, "s2") == []
+        if engine.dialect.name == "postgresql":  # SQLite enforces foreign keys only with PRAGMA foreign_keys
+            with pytest.raises(Exception, match="fk_sessions_parent_id"), engine.begin() as conn:
+                conn.execute(text("UPDATE sessions SET parent_id = 'nope' WHERE id = 's1'"))
+    finally:
+        engine.dispose()
+    command.downgrade(config, "0011_message_positions")
+    engine = create_engine(empty_url)
+    assert "parent_id" not in {c["name"] for c in inspect(engine).get_columns("sessions")}
+    engine.dispose()
+    assert _rows(empty_url, "SELECT id FROM sessions ORDER BY id") == [("s1",), ("s2",)]
+    upgrade_head(empty_url)
+    assert _rows(empty_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]

@@ -33,10 +33,11 @@ def list_sessions(db: Db, caller: Caller,
         return SessionList(**tenancy_service.list_sessions(conn, caller, limit=limit, cursor=cursor))
 
 
-@router.delete("/sessions/{session_id}", response_model=SessionDeleted, responses=documented(404))
+@router.delete("/sessions/{session_id}", response_model=SessionDeleted, responses=documented(404, 409))
 def delete_session(session_id: str, uow: Uow, memo: Memo, caller: Caller) -> SessionDeleted:
     """Delete the session: its events, manifests, tool calls, artifacts, prefix and layout
-    states, memo entries, and the payloads no other session references."""
+    states, memo entries, and the payloads no other session references. A session that
+    still has child sessions is not deleted (409, ``children`` lists them; issue 16)."""
     with uow() as db:
         out = tenancy_service.delete_session(db, session_id, caller)
     memo.forget(session_id)

@@ -15,6 +15,7 @@ from app.api.routing import CheckedRoute
 from app.api.schemas import (
     ROW_ID_MAX,
     AssembledRequest,
+    ChildCreate,
     EventBatch,
     EventBatchOut,
     ManifestList,
@@ -54,6 +55,24 @@ def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Pr
             tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters,
             model=body.model, tenant_id=caller.tenant_id)
     return SessionCreated(id=session_id)
+
+
+@router.post("/sessions/{session_id}/children", status_code=201, response_model=SessionCreated,
+             responses=documented(400, 404, 413))
+def create_child(session_id: str, body: ChildCreate, uow: Uow, profiles: Profiles, meters: Meters,
+                 caller: Caller) -> SessionCreated:
+    """Create a child session for a sub-agent (issue 16): same tenant, the parent's
+    constraints verbatim, ``goal`` the sub-task; system, tools, profile and model default to
+    the parent's. A ``conclusion`` event posted to the child returns to this session as one
+    observation naming the child and the handle of its text; nothing else of the child
+    enters this session's requests. A session with children cannot be deleted (409)."""
+    with uow() as db:
+        tenancy_service.require_session(db, session_id, caller)
+        child = session_service.create_child(
+            db, profiles, session_id, goal=body.goal, system=body.system,
+            tools=None if body.tools is None else [t.model_dump(exclude_none=True) for t in body.tools],
+            metadata=body.metadata, meters=meters, profile=body.profile, model=body.model)
+    return SessionCreated(id=child)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, responses=documented(404))

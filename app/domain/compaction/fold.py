@@ -89,7 +89,8 @@ def pinned_group(groups: Sequence[TurnGroup]) -> int | None:
     """The index of the newest user message's group: never folded; when the fold point
     passes it, it stays verbatim first in the leaf (the issue: "never fold the newest user
     message")."""
-    return next((i for i in range(len(groups) - 1, -1, -1) if groups[i].message.role == "user"), None)
+    return next((i for i in range(len(groups) - 1, -1, -1)
+                 if groups[i].message.role == "user" and groups[i].message.kind == "message"), None)
 
 
 def fold_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], k: int, *,

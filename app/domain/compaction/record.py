@@ -16,6 +16,10 @@ Fields (table 7):
 * hypotheses and unresolved obligations: the current value of each key (a later event of
   the same key supersedes an earlier one);
 * the next bounded step (the latest step event folded);
+* the plan (issue 16): the latest plan version folded, verbatim; the conclusions of child
+  sessions folded, one line each with the child and the handle; retrieved documents
+  replaced before the fold point, one line each with their handle (a current document is
+  never folded: it stays next to the instruction);
 * the handles of everything folded: one entry per folded turn group, or, past the
   record's budget, coarser entries (a range of groups on one line naming the index
   payload that lists their handles), oldest first.
@@ -36,8 +40,10 @@ from app.domain.compaction.evidence import Claim, claims_of
 from app.domain.compaction.lineage import SHORT_HANDLE, cut_line, split_lines
 from app.domain.layout import render_contract
 from app.domain.notes import current_notes
+from app.domain.scratchpad import current_documents, latest_plan
 from app.domain.types import (
     ArtifactWriteEvent,
+    ChildConclusionEvent,
     Constraint,
     Contract,
     Event,
@@ -152,6 +158,9 @@ class ProgressRecord:
     hypotheses: tuple[Note, ...] = ()
     obligations: tuple[Note, ...] = ()
     next_step: tuple[int, str] | None = None
+    plan: tuple[int, int, str] | None = None  # (seq, version, text) of the latest plan version folded
+    conclusions: tuple[tuple[int, str, str, str], ...] = ()  # (seq, child, handle, first line) folded
+    documents: tuple[tuple[int, str, str, str], ...] = ()  # (seq, key, source, handle) replaced and folded
     names: tuple[str, ...] = ()
     folded: tuple[FoldedEntry, ...] = ()
     folded_seqs: tuple[int, ...] = ()
@@ -172,6 +181,9 @@ class ProgressRecord:
             "hypotheses": [h.as_dict() for h in self.hypotheses],
             "obligations": [o.as_dict() for o in self.obligations],
             "next_step": {"seq": self.next_step[0], "text": self.next_step[1]} if self.next_step else None,
+            "plan": {"seq": self.plan[0], "version": self.plan[1], "text": self.plan[2]} if self.plan else None,
+            "conclusions": [{"seq": s, "child": c, "handle": h, "text": t} for s, c, h, t in self.conclusions],
+            "documents": [{"seq": s, "key": k, "source": src, "handle": h} for s, k, src, h in self.documents],
             "names": list(self.names),
             "folded": [e.as_dict() for e in self.folded],
             "folded_seqs": list(self.folded_seqs),
@@ -347,9 +359,17 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
     (the newest user message): it is not folded.
     """
     kept = {s for g in groups if g.first_seq == pinned for s in g.seqs}
-    folded_groups = [g for g in groups if g.first_seq < fold_seq and g.first_seq != pinned]
-    grouped = {s for g in folded_groups for s in g.seqs}
+    folded_all = [g for g in groups if g.first_seq < fold_seq and g.first_seq != pinned]
+    grouped = {s for g in folded_all for s in g.seqs}
+    # plan versions and child conclusions are groups of their own (app/domain/scratchpad.py):
+    # folded into their own sections, not into per-turn entries
+    folded_groups = [g for g in folded_all if g.message.kind == "message"]
     earlier = [e for e in events if e.seq < fold_seq and e.seq not in kept]
+    plan = latest_plan(earlier)
+    # documents replaced by a later document of the same key, both before the fold point (a
+    # pure function of the events before it); current ones stay verbatim in the leaf
+    documents = current_documents(earlier)
+    folded_docs = tuple(documents.replaced)
     step = next((e for e in reversed(earlier) if isinstance(e, StepEvent)), None)
     hypotheses, obligations = _notes(earlier)
     cache: MutableMapping[Any, Any] = memo if memo is not None else {}
@@ -364,9 +384,16 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
         contract_version=contract.contract_version, goal=contract.goal, constraints=contract.constraints,
         fold_seq=fold_seq, artifacts=_artifacts(earlier), hypotheses=hypotheses, obligations=obligations,
         next_step=(step.seq, step.text) if step is not None else None, budget=budget_tokens,
+        plan=(plan.seq, plan.version, plan.text) if plan is not None else None,
+        conclusions=tuple((e.seq, e.child, e.handle, _one_line(e.text, COMMAND_CHARS)) for e in earlier
+                          if isinstance(e, ChildConclusionEvent)),
+        documents=tuple((d.seq, d.key, d.source, d.handle) for d in folded_docs),
         # every event of a folded group, and every other event before the fold point (writes,
-        # steps, notes): messages and results before it all belong to folded groups
-        folded_seqs=tuple(sorted(grouped | {e.seq for e in earlier if e.kind not in ("message", "tool_result")})),
+        # steps, notes, replaced documents): messages, results, plans and conclusions before it
+        # all belong to folded groups; a current document is not folded
+        folded_seqs=tuple(sorted(grouped | {d.seq for d in folded_docs} | {
+            e.seq for e in earlier if e.kind not in ("message", "tool_result", "plan", "child_conclusion",
+                                                     "document")})),
     )
 
     # the names index takes at most a quarter of the budget, newest names first
@@ -445,7 +472,8 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
     renders the record's own part only (what its budget bounds)."""
     parts: list[str] = [render_contract(Contract(record.goal, record.constraints, record.contract_version))] \
         if with_contract else []
-    if not (record.folded or record.artifacts or record.hypotheses or record.obligations or record.next_step):
+    if not (record.folded or record.artifacts or record.hypotheses or record.obligations or record.next_step
+            or record.plan or record.conclusions or record.documents):
         return "\n".join(parts)
     last = max(record.folded_seqs) if record.folded_seqs else 0
     lines = ["# Progress record",
@@ -454,6 +482,9 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
     if record.artifacts:
         lines += ["", "## Artifacts (path@revision as of the fold)"]
         lines.append(", ".join(f"{a.path}@r{a.revision}" + (" (written)" if a.written else "") for a in record.artifacts))
+    if record.plan:
+        lines += ["", (f"## Plan (version {record.plan[1]}, seq {record.plan[0]}; the agent's own, verbatim; a "
+                       "later version in the turns below replaces it)"), record.plan[2]]
     if record.hypotheses:
         lines += ["", "## Hypotheses"] + [f"- [{h.key}] ({h.status}, seq {h.seq}) {h.text}" for h in record.hypotheses]
     if record.obligations:
@@ -472,6 +503,14 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
                     lines.append(f"- seq {entry.first_seq}: {turn} (a message without tool calls)")
                 for i, o in enumerate(entry.observations):
                     lines.append(_observation_line(o, suffix=f" ({turn})" if i == 0 else ""))
+    if record.conclusions:
+        lines += ["", "## Conclusions of sub-agent sessions (child session, handle of the whole text)"]
+        lines += [f"- seq {seq}: session {child}, handle {handle[:SHORT_HANDLE]}: {text}"
+                  for seq, child, handle, text in record.conclusions]
+    if record.documents:
+        lines += ["", "## Retrieved documents replaced since (key, source, handle)"]
+        lines += [f"- seq {seq} [{key}] {source}, handle {handle[:SHORT_HANDLE]}" for seq, key, source, handle in
+                  record.documents]
     if record.names:
         lines += ["", "## Names in the folded turns (paths, modules, functions the agent wrote; newest first)",
                   ", ".join(record.names)]
