@@ -53,6 +53,11 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The largest integer a field takes: JSON's exact range (2**53 - 1). A larger version or revision
+#: was accepted and then failed as a 500 when the layout state was serialised (orjson's 64-bit limit).
+MAX_JSON_INT = 2**53 - 1
+
+
 class ConstraintIn(Strict):
     id: Annotated[str, Field(min_length=1, max_length=200), NoNul]
     text: Annotated[str, Field(min_length=1)]
@@ -61,7 +66,7 @@ class ConstraintIn(Strict):
 class ContractIn(Strict):
     goal: Annotated[str, Field(min_length=1)]
     constraints: list[ConstraintIn] = Field(default_factory=list)
-    contract_version: Annotated[int, Field(ge=1)] = 1
+    contract_version: Annotated[int, Field(ge=1, le=MAX_JSON_INT)] = 1
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ContractIn:
@@ -252,7 +257,7 @@ class BindingIn(Strict):
 
     artifact: ArtifactName
     kind: Annotated[str, Field(min_length=1, max_length=64)]
-    revision: Annotated[int, Field(ge=0)] | None = Field(
+    revision: Annotated[int, Field(ge=0, le=MAX_JSON_INT)] | None = Field(
         default=None, description="the server's revision read; omitted: the current one; ahead of the server's: 422")
     range: str | None = None
     content_hash: str | None = Field(default=None, description="hash of the content read; one that contradicts the "
@@ -300,7 +305,7 @@ class HypothesisIn(Strict):
     key: NoteKey
     text: Annotated[str, Field(min_length=1)]
     status: Literal["working", "supported", "refuted"] = "working"
-    depends_on: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=1000)] = Field(default_factory=list)
+    depends_on: Annotated[list[Annotated[int, Field(ge=1, le=MAX_JSON_INT)]], Field(max_length=1000)] = Field(default_factory=list)
 
 
 class ObligationIn(Strict):
@@ -655,7 +660,7 @@ class PreconditionIn(Strict):
     server's counter; an artifact never written is at 0) and/or its ``content_hash``."""
 
     artifact: Annotated[str, Field(min_length=1, max_length=1024)]
-    revision: Annotated[int, Field(ge=0)] | None = None
+    revision: Annotated[int, Field(ge=0, le=MAX_JSON_INT)] | None = None
     content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
     @model_validator(mode="after")

@@ -8,7 +8,12 @@ regression tests of their kind.
 2. Tool ``parameters`` that are not a JSON Schema. Before: session create 201, then every GET
    request of a mistral-tekken session a 500 (mistral-common: "[] is not of type 'object',
    'boolean'"). After: 422 at session create naming the tool and the place in the schema, on
-   every profile (OpenAI refuses such a function declaration too)."""
+   every profile (OpenAI refuses such a function declaration too).
+3. A contract version past 64 bits. Before: session create 201 with ``contract_version``
+   18446744073709551616, then GET request a 500 (the layout state holding the record's
+   version could not be serialised). After: 422 naming the field; versions, revisions and
+   ``depends_on`` seqs are bounded by JSON's exact integers (2**53 - 1), and the largest one
+   serves."""
 
 from __future__ import annotations
 
@@ -68,3 +73,19 @@ def test_unusual_but_valid_tool_schemas_are_served(client: TestClient, profile: 
         r = client.get(f"/v1/sessions/{sid}/request", params={"format": fmt})
         assert r.status_code == 200, (fmt, r.text)
         assert r.json()["manifest"]["tokens"]["by_role"]["tools"] > 0, fmt
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_contract_version_past_json_integers_is_422_and_the_largest_serves(client: TestClient, profile: str) -> None:
+    for version in (2**64, 2**53):
+        body = {**SESSION, "profile": profile, "contract": {**SESSION["contract"], "contract_version": version}}
+        problem = assert_problem(client.post("/v1/sessions", json=body), 422)
+        assert problem["errors"][0]["loc"][-1] == "contract_version", problem
+    body = {**SESSION, "profile": profile, "contract": {**SESSION["contract"], "contract_version": 2**53 - 1}}
+    r = client.post("/v1/sessions", json=body)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    for fmt in ("openai", "anthropic", "tokens"):
+        served = client.get(f"/v1/sessions/{sid}/request", params={"format": fmt})
+        assert served.status_code == 200, served.text
+    assert f"version {2**53 - 1}" in client.get(f"/v1/sessions/{sid}/request", params={"format": "openai"}).text
