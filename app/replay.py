@@ -418,6 +418,8 @@ def print_report(report: ReplayReport, *, file: TextIO | None = None, table: boo
     s.add_row("elided", _fmt(c.get("elided_tokens")), "-")
     s.add_row("largest request", _fmt(c.get("max_request_tokens")), "-")
     console.print(s)
+    console.print(f"session {report.session_id}: look inside it at /ui/sessions/{report.session_id}, "
+                  f"or GET /v1/sessions/{report.session_id}/request", highlight=False)
     for note in report.notes:
         console.print(f"note: {note}", style="dim", highlight=False)
 

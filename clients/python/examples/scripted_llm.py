@@ -21,11 +21,11 @@ class ScriptedLLM:
     past the script gets 500."""
 
     def __init__(self, *, openai_replies: list[dict[str, Any]] | None = None,
-                 anthropic_replies: list[list[dict[str, Any]]] | None = None) -> None:
+                 anthropic_replies: list[list[dict[str, Any]]] | None = None, port: int = 0) -> None:
         self.openai_replies = list(openai_replies or [])
         self.anthropic_replies = list(anthropic_replies or [])
         self.requests: list[dict[str, Any]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -72,3 +72,33 @@ class ScriptedLLM:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+#: The demo script of ``python examples/scripted_llm.py``: one ``ls`` tool call, then an answer.
+DEMO_OPENAI = [
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_demo_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+    {"role": "assistant", "content": "I listed the files."},
+]
+DEMO_ANTHROPIC = [
+    [{"type": "tool_use", "id": "toolu_demo_1", "name": "bash", "input": {"command": "ls"}}],
+    [{"type": "text", "text": "I listed the files."}],
+]
+
+
+if __name__ == "__main__":
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(description="A scripted loopback model server for the ctxd client examples.")
+    parser.add_argument("--port", type=int, default=8001, help="port on 127.0.0.1 (default: %(default)s)")
+    parser.add_argument("--runs", type=int, default=10, help="how many times the demo script is served (default: %(default)s)")
+    args = parser.parse_args()
+    with ScriptedLLM(openai_replies=DEMO_OPENAI * args.runs, anthropic_replies=DEMO_ANTHROPIC * args.runs,
+                     port=args.port) as server:
+        print(f"scripted model server on {server.url} (OpenAI base_url {server.url}/v1); Ctrl-C stops it", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
