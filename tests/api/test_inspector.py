@@ -424,7 +424,7 @@ def test_plans_children_and_documents_are_shown(client: TestClient) -> None:
     assert "2 call sites " + XSS in shown
     assert "Documents (2)" in shown
     rows = re.findall(r'<tr class="document">(.*?)</tr>', sp, re.DOTALL)
-    assert [text(r_) for r_ in rows][0].startswith("api https://docs.example/v1 3 replaced by seq 5")
+    assert len(rows) == 2 and text(rows[0]).startswith("api https://docs.example/v1 3 replaced by seq 5")
     assert text(rows[1]).startswith(f"api {XSS} 5 current")
     assert f'href="/ui/sessions/{child}"' in sp
     timeline_ = text(section(page.text, "timeline"))
