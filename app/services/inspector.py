@@ -27,13 +27,18 @@ from sqlalchemy.orm import sessionmaker
 
 from app.domain.errors import ManifestNotFound
 from app.domain.invalidation import HISTORICAL, build_graph
+from app.domain.scratchpad import current_documents, latest_plan
 from app.domain.tenancy import Principal
 from app.domain.types import (
     ArtifactWriteEvent,
+    ChildConclusionEvent,
+    ConclusionEvent,
+    DocumentEvent,
     Event,
     HypothesisEvent,
     MessageEvent,
     ObligationEvent,
+    PlanEvent,
     StepEvent,
     ToolResultEvent,
 )
@@ -125,6 +130,14 @@ def event_row(event: Event) -> dict[str, Any]:
         text = event.text
     elif isinstance(event, (HypothesisEvent, ObligationEvent)):
         label, text = f"{event.kind} {event.key} ({event.status})", event.text
+    elif isinstance(event, PlanEvent):
+        label, text, handle = f"plan version {event.version}", event.text, event.handle
+    elif isinstance(event, DocumentEvent):
+        label, text, handle = f"document [{event.key}] from {event.source}", event.text, event.handle
+    elif isinstance(event, ChildConclusionEvent):
+        label, text, handle = f"conclusion of child {event.child} (its seq {event.child_seq})", event.text, event.handle
+    elif isinstance(event, ConclusionEvent):
+        label, text, handle = f"conclusion (parent seq {event.parent_seq})", event.text, event.handle
     at = getattr(event, "at", None)
     return {"seq": event.seq, "event_id": event.event_id, "kind": event.kind, "label": label,
             "text": _excerpt(text), "handle": handle,
@@ -177,6 +190,35 @@ def observation_states(events: Sequence[Event]) -> dict[str, int]:
     for state in build_graph(events).observation_states().values():
         out[state.state] = out.get(state.state, 0) + 1
     return dict(sorted(out.items()))
+
+
+def scratchpad(events: Sequence[Event], session: Mapping[str, Any],
+               record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Plans, children and documents of a session (issue 16 item 4): ``plan`` (None, or
+    ``version``, ``seq``, ``text``, ``handle``, ``in_record``: the latest version is at or
+    before the progress record's fold_seq, so a pass wrote it into the record; ``earlier``:
+    the earlier versions' ``version``, ``seq``, ``handle``), ``parent`` (id or None),
+    ``children`` (``id``, ``conclusion``: ``seq``, ``text`` excerpt, ``handle`` of the last
+    returned conclusion, or None) and ``documents`` (``key``, ``source``, ``seq``, ``handle``,
+    ``replaced_by``: the seq of the current document of its key, None while current)."""
+    plans = sorted((e for e in events if isinstance(e, PlanEvent)), key=lambda e: e.seq)
+    latest = latest_plan(plans)
+    fold_seq = ((record or {}).get("record") or {}).get("fold_seq")
+    plan = None if latest is None else {
+        "version": latest.version, "seq": latest.seq, "text": latest.text, "handle": latest.handle,
+        "in_record": fold_seq is not None and latest.seq <= int(fold_seq),
+        "earlier": [{"version": p.version, "seq": p.seq, "handle": p.handle} for p in plans if p is not latest]}
+    returned = {e.child: e for e in events if isinstance(e, ChildConclusionEvent)}
+    children = [{"id": c, "conclusion": None if c not in returned else {
+        "seq": returned[c].seq, "text": _excerpt(returned[c].text), "handle": returned[c].handle}}
+        for c in session.get("children") or ()]
+    docs = current_documents(events)
+    documents = []
+    for d in sorted((*docs.current, *docs.replaced), key=lambda e: e.seq):
+        by = docs.replaced_by(d)
+        documents.append({"key": d.key, "source": d.source, "seq": d.seq, "handle": d.handle,
+                          "replaced_by": by.seq if by is not None and by is not d else None})
+    return {"plan": plan, "parent": session.get("parent"), "children": children, "documents": documents}
 
 
 def request_view(manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,6 +292,7 @@ def session_page(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, m
         "selected": selected,
         "timeline": timeline(loaded.events, calls, before_seq=events_before),
         "record": record,
+        "scratchpad": scratchpad(loaded.events, session, record),
         "invalidation": {"rows": invalidation_table(loaded.events), "states": observation_states(loaded.events)},
     }
 

@@ -394,3 +394,62 @@ def test_templates_and_stylesheet_are_packaged() -> None:
     assert (root / "static" / "inspector.css").is_file()
     text = (Path(app.__file__).parent.parent / "pyproject.toml").read_text()
     assert '"api/templates/*.html", "api/static/*"' in text
+
+
+# --------------------------------------------------------------------------- issue 16 item 4
+
+def test_plans_children_and_documents_are_shown(client: TestClient) -> None:
+    """Two plan versions, a replaced document and a child with a conclusion: the page shows
+    exactly those values (escaped), the timeline names each kind, the child links back."""
+    parent = client.post("/v1/sessions", json=SESSION).json()["id"]
+    evs = [{"event_id": "u", "kind": "message", "role": "user", "content": "Fix the parser."},
+           {"event_id": "p1", "kind": "plan", "text": "1. reproduce"},
+           {"event_id": "d1", "kind": "document", "key": "api", "source": "https://docs.example/v1", "text": "old"},
+           {"event_id": "p2", "kind": "plan", "text": "1. reproduce (done) " + XSS},
+           {"event_id": "d2", "kind": "document", "key": "api", "source": XSS, "text": "new"}]
+    assert client.post(f"/v1/sessions/{parent}/events", json={"events": evs}).status_code == 200
+    child = client.post(f"/v1/sessions/{parent}/children", json={"goal": "Find call sites."}).json()["id"]
+    r = client.post(f"/v1/sessions/{child}/events",
+                    json={"events": [{"event_id": "c", "kind": "conclusion", "text": "2 call sites " + XSS}]})
+    assert r.status_code == 200, r.text
+    page = client.get(f"/ui/sessions/{parent}")
+    assert page.status_code == 200
+    assert "<script>document.title" not in page.text and "<img src=x" not in page.text
+    sp = section(page.text, "scratchpad")
+    shown = text(sp)
+    assert "Plan version 2 (seq 4)" in shown and "not yet in the progress record" in shown
+    assert "1. reproduce (done) " + XSS in shown and "earlier versions: version 1 seq 2" in shown
+    assert "Child sessions (1)" in shown, shown
+    assert f"{child} : conclusion at seq 6" in shown, shown[shown.find("Child"):shown.find("Documents")]
+    assert "2 call sites " + XSS in shown
+    assert "Documents (2)" in shown
+    rows = re.findall(r'<tr class="document">(.*?)</tr>', sp, re.DOTALL)
+    assert len(rows) == 2 and text(rows[0]).startswith("api https://docs.example/v1 3 replaced by seq 5")
+    assert text(rows[1]).startswith(f"api {XSS} 5 current")
+    assert f'href="/ui/sessions/{child}"' in sp
+    timeline_ = text(section(page.text, "timeline"))
+    for label in ("plan version 1", "plan version 2", "document [api] from https://docs.example/v1",
+                  f"conclusion of child {child} (its seq 1)"):
+        assert label in timeline_
+    child_page = client.get(f"/ui/sessions/{child}")
+    assert child_page.status_code == 200
+    csp = section(child_page.text, "scratchpad")
+    assert f'child of <a href="/ui/sessions/{parent}">' in csp and "No plan." in text(csp)
+    assert "conclusion (parent seq 6)" in text(section(child_page.text, "timeline"))
+
+
+def test_other_tenants_child_is_not_shown(keyed: TestClient) -> None:
+    client = keyed
+    client.cookies.clear()
+    key_a, key_b = make_key(client, "ui16-a"), make_key(client, "ui16-b")
+    auth_a = {"Authorization": f"Bearer {key_a}"}
+    parent = client.post("/v1/sessions", json=SESSION, headers=auth_a).json()["id"]
+    child = client.post(f"/v1/sessions/{parent}/children", json={"goal": "g"}, headers=auth_a).json()["id"]
+    assert login(client, key_b).status_code == 303
+    assert client.get(f"/ui/sessions/{child}").status_code == 404
+    assert client.get(f"/ui/sessions/{parent}").status_code == 404
+    assert child not in client.get("/ui").text
+    client.cookies.clear()
+    assert login(client, key_a).status_code == 303
+    assert f'href="/ui/sessions/{child}"' in client.get(f"/ui/sessions/{parent}").text
+    client.cookies.clear()
