@@ -81,8 +81,10 @@ SURROGATE = "\ud83d"
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The app served by uvicorn on a free loopback port (real HTTP, one lifespan for the
-    module), ready: the default profile's tokenizer is loaded."""
-    app = create_app(Settings(data_dir=tmp_path_factory.mktemp("ctxd-fuzz")))
+    module), ready: the default profile's tokenizer is loaded. No rate limit: the run sends
+    tens of thousands of requests, over the default 20000/minute on a fast machine (CI saw
+    429s; the limit has its own tests in tests/api/test_quotas.py)."""
+    app = create_app(Settings(data_dir=tmp_path_factory.mktemp("ctxd-fuzz"), rate_limit=""))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="ctxd-fuzz-server", daemon=True)
     thread.start()
