@@ -358,7 +358,8 @@ def _count_ingested(appended: dict[str, int], redacted: Sequence[str]) -> None:
 def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
     """Give a tool result's binding and each ``conditions["reads"]`` entry the server's
     revision (:func:`app.domain.invalidation.resolve_read`): the current one when omitted;
-    a content hash contradicting the recorded one bumps the artifact (an external change);
+    a whole read's content hash contradicting the one recorded for the current revision
+    bumps the artifact (an external change; a range's hash is never compared);
     an ``external`` binding without ``fetched_at`` gets the event's time (epoch seconds).
     Raises InvalidEvent (422) for a revision from the future."""
     reads = (body.get("conditions") or {}).get("reads")
@@ -379,7 +380,8 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
             if entry.get("content_hash") is not None else None
         try:
             resolved = resolve_read(artifact, current, recorded, revision=revision,
-                                    content_hash=entry.get("content_hash"))
+                                    content_hash=entry.get("content_hash"),
+                                    range=entry["range"] if isinstance(entry.get("range"), str) else None)
         except InvalidEvent as exc:
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,
                                **exc.extra) from None

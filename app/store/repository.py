@@ -295,8 +295,9 @@ def artifact_revision(db: OrmSession, session_id: str, artifact: str) -> int:
 
 def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revision: int) -> str | None:
     """The content hash last recorded for ``revision`` of ``artifact``: by the
-    ``artifact_write`` that made it or by a ``tool_result`` bound to it, whichever
-    came later (highest seq); None when neither gave one."""
+    ``artifact_write`` that made it or by a ``tool_result`` whose binding read the whole
+    artifact at it (no range: a range's hash is not the file's), whichever came later
+    (highest seq); None when neither gave one."""
     write = db.execute(
         select(EventRow.seq, EventRow.body["content_hash"].as_string())
         .where(EventRow.session_id == session_id, EventRow.kind == "artifact_write",
@@ -309,7 +310,8 @@ def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revisi
         .where(EventRow.session_id == session_id, EventRow.kind == "tool_result",
                EventRow.body[("binding", "artifact")].as_string() == artifact,
                EventRow.body[("binding", "revision")].as_integer() == revision,
-               EventRow.body[("binding", "content_hash")].as_string().is_not(None))
+               EventRow.body[("binding", "content_hash")].as_string().is_not(None),
+               EventRow.body[("binding", "range")].as_string().is_(None))
         .order_by(EventRow.seq.desc()).limit(1)).first()
     found = [r for r in (write, read) if r is not None]
     return max(found, key=lambda r: r[0])[1] if found else None
