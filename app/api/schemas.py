@@ -260,8 +260,9 @@ class BindingIn(Strict):
     revision: Annotated[int, Field(ge=0, le=MAX_JSON_INT)] | None = Field(
         default=None, description="the server's revision read; omitted: the current one; ahead of the server's: 422")
     range: str | None = None
-    content_hash: str | None = Field(default=None, description="hash of the content read; one that contradicts the "
-                                     "hash recorded for the current revision records an external change")
+    content_hash: str | None = Field(default=None, description="hash of the content read (ctxd's adapters: SHA-256 "
+                                     "hex of the UTF-8 bytes; compared as a string); a whole read's (no range) that "
+                                     "contradicts the hash known for the current revision records an external change")
     ttl_seconds: Annotated[float, Field(ge=0)] | None = Field(
         default=None, description="kind external: seconds after fetched_at past which the item is shown as "
                                   "possibly stale (judged at the latest event's time)")

@@ -268,3 +268,14 @@ def test_adapter_numbers_an_external_change_as_the_server_does() -> None:
     events = trajectory_events(traj, infer_bindings=True)
     last = [e for e in events if e["kind"] == "tool_result"][-1]
     assert last["binding"]["revision"] == 1  # r0, then r1 by the external change, then the sed -i makes r2
+
+
+def test_consecutive_own_writes_never_look_external() -> None:
+    """Peers' fault (hermes-agent#4390, ggcode#168: a baseline refreshed only on reads made
+    the agent's own second edit look like an external change): every write moves the
+    known hash, so read -> write -> unknown write -> write -> read sees no external change."""
+    _, events = replay([("read", "a.py", "x = 1\n", None), ("write", "a.py", "x = 2\n"), ("write", "a.py", None),
+                        ("write", "a.py", "x = 4\n"), ("read", "a.py", "x = 4\n", None)])
+    graph = build_graph(events)
+    assert [c.cause for c in graph.changes["a.py"]] == ["write", "write", "write"]
+    assert graph.observation_state(5).state == "current"
