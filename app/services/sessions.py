@@ -103,7 +103,8 @@ def describe_session(db: OrmSession, session_id: str, profiles: ProfileRegistry)
     """The session as ``GET /v1/sessions/{id}`` shows it, ``model`` included
     (:func:`session_model`). Raises SessionNotFound (404)."""
     row = require_session_row(db, session_id)
-    artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(ArtifactRow.session_id == session_id)).scalars()}
+    artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(
+        ArtifactRow.session_id == session_id, ArtifactRow.revision > 0)).scalars()}  # a row at 0 only holds a hash
     return {
         "id": row.id, "profile": row.profile, "model": session_model(row, profiles), "contract": row.contract, "system": row.system, "tools": row.tools,
         "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
@@ -259,7 +260,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
             _bind_reads(db, session_id, body, where)
         elif kind == "artifact_write":
-            revision = repo.bump_artifact(db, session_id, body["artifact"])
+            revision = repo.bump_artifact(db, session_id, body["artifact"], body.get("content_hash"))
             body["revision"] = revision
         elif kind in ("plan", "document", "conclusion"):
             # issue 16: the text is kept whole behind a handle too (the record and the
@@ -375,9 +376,7 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
         if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's revision must be an "
                                f"integer >= 0, got {revision!r}", **where)
-        current = repo.artifact_revision(db, session_id, artifact)
-        recorded = repo.artifact_content_hash(db, session_id, artifact, current) \
-            if entry.get("content_hash") is not None else None
+        current, recorded = repo.artifact_state(db, session_id, artifact)
         try:
             resolved = resolve_read(artifact, current, recorded, revision=revision,
                                     content_hash=entry.get("content_hash"),
@@ -386,8 +385,10 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,
                                **exc.extra) from None
         if resolved.external:
-            repo.bump_artifact(db, session_id, artifact)
+            repo.bump_artifact(db, session_id, artifact, resolved.known_hash)
             entry["external_change"] = True
+        elif resolved.known_hash is not None and resolved.known_hash != recorded:
+            repo.record_artifact_hash(db, session_id, artifact, resolved.known_hash)
         entry["revision"] = resolved.revision
         if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
             entry["fetched_at"] = utcnow().timestamp()
