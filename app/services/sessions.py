@@ -362,7 +362,9 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
     a whole read's content hash contradicting the one recorded for the current revision
     bumps the artifact (an external change; a range's hash is never compared);
     an ``external`` binding without ``fetched_at`` gets the event's time (epoch seconds).
-    Raises InvalidEvent (422) for a revision from the future."""
+    Raises InvalidEvent (422) for a revision from the future, and for a ``reads`` entry
+    (free-form conditions) whose artifact, revision or content hash the binding's schema
+    would refuse."""
     reads = (body.get("conditions") or {}).get("reads")
     entries = [body["binding"]] if body.get("binding") else []
     entries += [r for r in reads if isinstance(r, dict) and isinstance(r.get("artifact"), str)] \
@@ -372,14 +374,21 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
             entry["revision"] = 0
             continue
         artifact = entry["artifact"]
+        if not 1 <= len(artifact) <= 1024 or "\x00" in artifact:  # kept as SQL text with its revision
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's artifact must be 1 to 1024 "
+                               "characters without NUL", **where)
         revision = entry.get("revision")
         if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's revision must be an "
                                f"integer >= 0, got {revision!r}", **where)
+        content_hash = entry.get("content_hash")
+        if content_hash is not None and (not isinstance(content_hash, str) or not 1 <= len(content_hash) <= 256
+                                         or "\x00" in content_hash):
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's content_hash must be a "
+                               "string of 1 to 256 characters without NUL", **where)
         current, recorded = repo.artifact_state(db, session_id, artifact)
         try:
-            resolved = resolve_read(artifact, current, recorded, revision=revision,
-                                    content_hash=entry.get("content_hash"),
+            resolved = resolve_read(artifact, current, recorded, revision=revision, content_hash=content_hash,
                                     range=entry["range"] if isinstance(entry.get("range"), str) else None)
         except InvalidEvent as exc:
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,

@@ -10,7 +10,7 @@ import hashlib
 from fastapi.testclient import TestClient
 
 from app.adapters.miniswe import trajectory_events
-from tests.api.test_api import new_session, post, result
+from tests.api.test_api import assert_problem, new_session, post, result
 from tests.api.test_invalidation_api import bash, item, request
 from tests.unit.test_content_hashes import _trajectory
 
@@ -75,3 +75,27 @@ def test_a_hash_after_an_unknown_write_is_adopted_not_an_external_change(client:
     assert item(request(client, sid)["manifest"], "t1")["write"]["cause"] == "write"
     assert client.post(f"/v1/sessions/{sid}/preconditions",
                        json={"artifact": "a.py", "content_hash": "h3"}).json()["revision"] == 1
+
+
+def test_malformed_hashes_and_read_entries_are_422_and_change_nothing(client: TestClient) -> None:
+    """A hash is kept as SQL text with the artifact's revision: one with a NUL, longer than
+    256 characters, empty, or not a string (in a free-form ``conditions.reads`` entry) is a
+    422 problem+json on both databases (a NUL was a 500 on PostgreSQL), and so is a reads
+    entry naming an artifact SQL text cannot hold; nothing is stored."""
+    sid = new_session(client)
+    bad = ["a\u0000b", "x" * 257, ""]
+    for k, h in enumerate(bad):
+        r = post(client, sid, bash(f"a{k}", f"c{k}", "cat a.py"),
+                 result(f"t{k}", f"c{k}", "x\n", binding={"artifact": "a.py", "kind": "file", "content_hash": h}))
+        assert_problem(r, 422)
+        assert_problem(post(client, sid, {"event_id": f"w{k}", "kind": "artifact_write", "artifact": "a.py",
+                                          "content_hash": h}), 422)
+    for k, entry in enumerate([{"artifact": "a.py", "content_hash": h} for h in [*bad, 7]]
+                              + [{"artifact": "a\u0000.py"}, {"artifact": "a" * 1025}]):
+        r = post(client, sid, bash(f"r{k}", f"d{k}", "cat a.py b.py"),
+                 result(f"s{k}", f"d{k}", "x\n", conditions={"reads": [entry]}))
+        assert_problem(r, 422)
+    assert client.get(f"/v1/sessions/{sid}").json()["events"] == 0
+    ok = post(client, sid, bash("a9", "c9", "cat a.py"),
+              result("t9", "c9", "x\n", binding={"artifact": "a.py", "kind": "file", "content_hash": "h" * 256}))
+    assert ok.status_code == 200
