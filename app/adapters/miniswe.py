@@ -741,9 +741,10 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
             for w in writes:
                 ledger.write(w["artifact"], w.get("content_hash"))
             if binding is not None and binding.get("kind") == "file":
-                resolved = ledger.read(binding["artifact"], revision=binding.get("revision"),
-                                       range=binding["range"], content_hash=binding.get("content_hash"))
-                if resolved.external:  # the server bumps the artifact: later explicit revisions count it
+                before = ledger.revisions.get(binding["artifact"], 0)
+                after = ledger.revision_of(binding["artifact"], revision=binding.get("revision"),
+                                           range=binding["range"], content_hash=binding.get("content_hash"))
+                if after > before:  # an external change: the server bumps it, later explicit revisions count it
                     revisions[binding["artifact"]] = revisions.get(binding["artifact"], 0) + 1
             out.extend((i, w) for w in writes)
             if binding is not None:

@@ -571,3 +571,12 @@ class ArtifactLedger:
             self.revisions[artifact] = resolved.revision
         self.hashes[artifact] = resolved.known_hash
         return resolved
+
+    def revision_of(self, artifact: str, *, revision: int | None = None, range: str | None = None,
+                    content_hash: str | None = None) -> int:
+        """:meth:`read`'s revision, for a replay that must not stop: a revision from the
+        future (which the server refuses) is returned as given and changes nothing."""
+        try:
+            return self.read(artifact, revision=revision, range=range, content_hash=content_hash).revision
+        except InvalidEvent:
+            return revision if revision is not None else self.revisions.get(artifact, 0)

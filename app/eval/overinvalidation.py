@@ -36,12 +36,12 @@ def domain_events(events: Sequence[dict[str, Any]]) -> list[ArtifactWriteEvent |
             b = e.get("binding")
             binding = None
             if b:
-                rev = 0 if b.get("kind") == UNKNOWN_KIND else ledger.read(
+                rev = 0 if b.get("kind") == UNKNOWN_KIND else ledger.revision_of(
                     b["artifact"], revision=b.get("revision"), range=b.get("range"),
-                    content_hash=b.get("content_hash")).revision
+                    content_hash=b.get("content_hash"))
                 binding = Binding(b["artifact"], b.get("kind") or "file", rev, b.get("range"), b.get("content_hash"))
-            reads = [dict(r, revision=ledger.read(r["artifact"], revision=r.get("revision"), range=r.get("range"),
-                                                  content_hash=r.get("content_hash")).revision)
+            reads = [dict(r, revision=ledger.revision_of(r["artifact"], revision=r.get("revision"), range=r.get("range"),
+                                                         content_hash=r.get("content_hash")))
                      for r in e.get("conditions", {}).get("reads", [])]
             out.append(ToolResultEvent(seq, e["event_id"], e["call_id"], e["payload"], handle=e["event_id"],
                                        binding=binding, conditions={"reads": reads} if reads else {}))

@@ -90,9 +90,9 @@ class TraceFacts:
                         for r in ([e["binding"]] if e.get("binding") else []) + list(e.get("conditions", {}).get("reads", [])):
                             if r.get("kind") == "unknown":
                                 continue  # the command's effect is unknown: it read nothing known
-                            resolved = ledger.read(r["artifact"], revision=r.get("revision"), range=r.get("range"),
-                                                   content_hash=r.get("content_hash"))
-                            reads.append((r["artifact"], resolved.revision))
+                            reads.append((r["artifact"], ledger.revision_of(
+                                r["artifact"], revision=r.get("revision"), range=r.get("range"),
+                                content_hash=r.get("content_hash"))))
                         observations.append(metrics.Observation(e["call_id"], e["payload"], tuple(dict.fromkeys(reads))))
                 continue
             candidates: tuple[str, ...] | None = None

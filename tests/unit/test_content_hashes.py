@@ -279,3 +279,13 @@ def test_consecutive_own_writes_never_look_external() -> None:
     graph = build_graph(events)
     assert [c.cause for c in graph.changes["a.py"]] == ["write", "write", "write"]
     assert graph.observation_state(5).state == "current"
+
+
+def test_ledger_revision_of_never_stops_a_replay() -> None:
+    """A revision from the future (parallel calls answered out of order) is refused by the
+    server (422); a replay's ledger returns it as given and changes nothing."""
+    ledger = ArtifactLedger()
+    assert ledger.revision_of("a.py", revision=3) == 3 and ledger.revisions == {}
+    with pytest.raises(InvalidEvent):
+        ledger.read("a.py", revision=3)
+    assert ledger.revision_of("a.py", content_hash="h1") == 0 and ledger.hashes == {"a.py": "h1"}
