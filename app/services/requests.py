@@ -398,7 +398,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
     :mod:`app.domain.compaction.forecast`). ``candidates``: the summarizer's outcomes
     computed after POSTs (:data:`CandidateLookup`): a pass whose fold matches one exactly
     uses its admitted record (issue 10 item 6; the manifest's ``compaction.record.source``
-    says which record the trunk holds).
+    says which record the trunk holds). ``due_calls``: N of select's pass forecast instead
+    of the default (the ``ctxd eval`` policies ``select-due<N>``).
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
