@@ -223,7 +223,7 @@ def test_no_pass_due_asks_nothing(app_client: TestClient, server: tuple[str, lis
     assert post(app_client, sid, *turn(1)).status_code == 200
     got = app_client.get(f"/v1/sessions/{sid}/request").json()
     forecast = got["manifest"]["compaction"]["forecast"]
-    assert not forecast["due"] and forecast["tokens"] + 3 * forecast["growth"] < forecast["t_hi"] == 8448
+    assert not forecast["due"] and forecast["tokens"] + forecast["calls"] * forecast["growth"] < forecast["t_hi"] == 8448
     assert post(app_client, sid, *turn(2)).status_code == 200
     assert holder[0].requests == [] and app_client.app.state.summaries.get(sid) is None  # type: ignore[attr-defined]
 

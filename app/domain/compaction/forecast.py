@@ -11,8 +11,8 @@ The forecast: with ``tokens`` the request as it stands (no pass) and ``growth`` 
 per-call growth (the mean tokens of the newest ``window`` turn groups of the leaf), a pass
 is due within ``calls`` (N) calls when ``tokens + N * growth >= T_hi``.
 
-``N`` was chosen with ``ctxd eval`` on the 32 shared traces (qwen3; README "Tombstones
-wait for a due pass"): :data:`DUE_CALLS`.
+``N`` was chosen with ``ctxd eval`` on the 32 shared traces (qwen3; README "Choosing N"):
+:data:`DUE_CALLS`.
 
 Standard library only; pure.
 """
@@ -25,8 +25,13 @@ from typing import Any, Final
 
 __all__ = ["DUE_CALLS", "GROWTH_WINDOW", "PassForecast", "forecast_pass", "recent_growth"]
 
-#: N: a pass is due when it is at most this many calls away (chosen with ``ctxd eval``).
-DUE_CALLS: Final = 3
+#: N: a pass is due when it is at most this many calls away. Chosen with ``ctxd eval`` (32
+#: shared traces, qwen3, policies ``select-due<N>``): cost falls as N grows (N 0: $8.54, 3:
+#: $8.42, 8: $8.32, 20: $8.16, every change deferred to the next pass: $8.11) while the stale
+#: text kept beside its notice grows (62k, 146k, 261k, 281k tokens over the run) and the
+#: in-place tombstone all but disappears (1,318, 864, 233, 32 shown); 8 is the cheapest that
+#: still waits only "a few calls" (about half the 14 calls between passes at these watermarks).
+DUE_CALLS: Final = 8
 #: the newest turn groups whose mean size is the per-call growth
 GROWTH_WINDOW: Final = 4
 
