@@ -153,7 +153,9 @@ def test_the_watermark_forecast_drives_the_deferral_by_default(pair: tuple[TestC
     """No hook set (``app.state.pass_due`` None): select's forecast is the signal (issue 11
     item 4). A superseded read first becomes an in-place tombstone only on a request that
     runs a pass or when no pass is due within N calls; while one is due the tombstone waits
-    and a notice naming ``path@rN`` is shown at once."""
+    and a notice naming ``path@rN`` is shown at once. (Fault kind from macanderson/stella#3690:
+    old tool results rewritten in place between compactions broke the cached prefix on 27 of
+    86 calls.)"""
     a, _ = pair
     assert a.app.state.pass_due is None  # type: ignore[attr-defined]
     _, served = _replay([a], calls=200, profile="qwen3")  # the whole trace, at qwen3's watermarks

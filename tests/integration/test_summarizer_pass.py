@@ -8,8 +8,10 @@ deterministic record. The manifest and GET /record say which record the trunk ho
 Fault kinds from peers' threads:
 * the seed's own case and myshell-ai/AIlice#43 (an agent's "all the tests passed" after one
   test ran): the false full-suite claim is rejected and the deterministic record is used;
-* letta#1322 / letta#3279 style mismatch between what was summarized and what the request
-  holds: a candidate computed for another fold is never used (stale fold, planner version).
+* juspay/clairvoyance#571 and Aider-AI/aider#5689 (a background summary built from a
+  snapshot replaced history that had moved on), plastic-labs/honcho#312 (a summary job for
+  an older message range processed late): a candidate computed for another fold, contract
+  version or planner version is never used (``test_a_candidate_for_another_fold_is_not_used``).
 """
 
 from __future__ import annotations
