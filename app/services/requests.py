@@ -429,7 +429,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens,
                             pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else None)
-        with core_write(factory) as db:
+        with core_write(factory, durable=False) as db:  # derived state: planned again if lost
             saved = save(db, plan, loaded.base)
             if saved is None:
                 db.rollback()
