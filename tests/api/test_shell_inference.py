@@ -214,3 +214,20 @@ def test_state_survives_batches_and_a_new_process(client: TestClient) -> None:
     shell_inference._CACHE.clear()
     post(client, sid, bash("a2", "c2", "python fix.py"), result("t2", "c2", ""))
     assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"fix.py": 1, "src/a.py": 1}
+
+
+def test_own_consecutive_writes_are_no_external_change(client: TestClient) -> None:
+    """The fault of NousResearch/hermes-agent#4390 (read -> write -> write flagged the
+    agent's own second edit as an external change): read, two inferred heredoc writes and a
+    read of the second text: config.yaml r2, no external change, the last read current."""
+    sid = new_session(client)
+    steps = [("cat config.yaml", "timeout: 30\n"), (HEREDOC, ""),
+             ("cat > config.yaml <<'EOF'\ntimeout: 90\nEOF", ""), ("cat config.yaml", "timeout: 90\n")]
+    for n, (command, output) in enumerate(steps, start=1):
+        assert post(client, sid, bash(f"a{n}", f"c{n}", command), result(f"t{n}", f"c{n}", output)).status_code == 200
+    assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"config.yaml": 2}
+    log = events(client, sid)
+    assert [(e.get("binding") or {}).get("external_change") for e in log if e["kind"] == "tool_result"] == [None] * 4
+    manifest = request(client, sid)["manifest"]
+    assert (item(manifest, "t4")["state"], item(manifest, "t4")["bindings"]) == ("current", ["config.yaml@r2"])
+    assert item(manifest, "t1")["superseded_by"] == ["config.yaml@r1"]  # the write that superseded it
