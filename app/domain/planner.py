@@ -204,6 +204,9 @@ def compaction_report(assembly: Assembly, policy: Policy, layout: LayoutState) -
                            "groups_folded_now": assembly.evicted_now, "passes": layout.passes}
     if policy.fold is not None:
         out["watermarks"] = policy.fold.watermarks.as_dict()
+        if assembly.evicted_now > 0:  # issue 10 item 3: where the pass left the request, and why if above T_lo
+            out["after_pass"] = {"tokens": assembly.measurement.total, "t_lo": policy.fold.watermarks.t_lo,
+                                 "over": assembly.over_target}
         record = assembly.record
         if record is not None:
             out["record"] = {"fold_seq": record.fold_seq, "tokens": record.tokens, "budget": record.budget,
