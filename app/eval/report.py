@@ -64,7 +64,7 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         "passes_above_t_lo": sum(1 for r in records if r.compaction_pass and r.pass_over_target),
         "passes_above_t_lo_by_reason": dict(sorted(Counter(r.pass_over_target for r in records
                                                            if r.compaction_pass and r.pass_over_target).items())),
-        "after_pass_median_tokens": median(after) if (after := [r.input_tokens for r in records
+        "after_pass_median_tokens": round(median(after)) if (after := [r.input_tokens for r in records
                                                                  if r.compaction_pass]) else None,
         # supporting detail
         "stale_support_rate": stale / superseded if superseded else None,
@@ -193,8 +193,8 @@ NOTES = [
     "results.json (passes_above_t_lo_by_reason): newest_group = every group but the newest is folded and root + "
     "trunk + the newest group (bounded at the per-item cap) + the newest user message exceed T_lo; pinned = root + "
     "contract + record alone exceed it; pending = a group awaiting results bounds the fold; protected = the "
-    "protected-field check rejected the fold point. median tokens after a pass: the median request of the calls "
-    "that ran a pass."),
+    "protected-field check rejected the fold point (always 0 under window, which evicts only past input_limit). "
+    "median tokens after a pass: the median request of the calls that ran a pass (or an eviction), rounded."),
     ("grounding: for each call, the identifiers (paths, file names, dotted names, snake_case and CamelCase words, "
     "line numbers >= 10 written as 'line N', 'file.py:N' or a sed range) of the real agent's next message and "
     "command that already appeared in the transcript before the call and that the root (system instructions + "
