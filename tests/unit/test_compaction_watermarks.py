@@ -44,7 +44,11 @@ def _trace(name: str) -> Path:
 def test_t_lo_below_record_budget_plus_leaf_floor_is_refused_at_profile_load(tmp_path: Path) -> None:
     """A pass leaves the record at its budget plus root, contract and the newest group:
     T_lo 2,011 with a record budget of 1,500 can never be reached (refused, naming why);
-    2,012 = 1,500 + LEAF_FLOOR loads. The shipped profiles all pass."""
+    2,012 = 1,500 + LEAF_FLOOR loads. The shipped profiles all pass.
+
+    Peer fault of this kind: a compaction threshold set below the irreducible context
+    (system prompt + summary) compacts on every turn with no guard or warning
+    (PrimeIntellect-ai/nano-rlm#54)."""
     from app.tokenizers.profiles import load_profiles
 
     assert LEAF_FLOOR == 512
@@ -78,7 +82,10 @@ def test_every_pass_ends_at_or_below_t_lo_or_names_why(name: str) -> None:
     """Each pass (WordMeter, T_hi 5,000, T_lo 2,200, K 1, record 700): at or below T_lo with
     no reason, or above with a reason of OVER_TARGET_REASONS that holds: ``newest_group``
     only with every group but the newest folded; the manifest's ``after_pass`` says the
-    same (tokens, T_lo, over)."""
+    same (tokens, T_lo, over).
+
+    Peer fault of this kind: a compacted context that can never drop back below the
+    threshold, so every turn compacts again (NousResearch/hermes-agent#109681)."""
     marks = Watermarks(t_hi=5000, t_lo=2200, keep_groups=1, record_tokens=700)
     fold = Fold(marks)
     session, events, counts = session_of(_trace(name))
