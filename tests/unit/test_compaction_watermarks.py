@@ -63,15 +63,20 @@ def test_t_lo_below_record_budget_plus_leaf_floor_is_refused_at_profile_load(tmp
         assert marks.t_lo >= marks.record_tokens + LEAF_FLOOR, profile.name
 
 
-def test_shipped_qwen3_watermarks_are_the_measured_ones() -> None:
-    """The qwen3 defaults after the issue-10 item-3 sweep (README "Compaction"): T_lo 0.2 of
-    input_limit 28,160 (5,632), at or above root + contract + record budget on all 32 shared
-    traces (largest 3,019 + 1,500)."""
+def test_shipped_watermarks_are_the_measured_ones() -> None:
+    """The defaults after each profile's own sweep (README "Compaction"): qwen3 and
+    qwen3-nothink T_hi 0.30 / T_lo 0.20 of input_limit 28,160, K 1 (T_lo at or above root +
+    contract + record budget on all 32 shared traces: largest 3,019 + 1,500); mistral-tekken
+    T_hi 0.35 / T_lo 0.233, K 2 (the cheapest setting with grounding >= 0.95)."""
     from app.tokenizers.profiles import load_profiles
 
-    marks = load_profiles()["qwen3"].watermarks
+    profiles = load_profiles()
+    marks = profiles["qwen3"].watermarks
     assert marks.as_dict() == {"t_hi": 8448, "t_lo": 5632, "keep_groups": 1, "record_tokens": 1500}
     assert marks.t_lo >= 3019 + marks.record_tokens
+    assert profiles["qwen3-nothink"].watermarks == marks, "its own sweep chose the same (README)"
+    assert profiles["mistral-tekken"].watermarks.as_dict() == {"t_hi": 9856, "t_lo": 6569, "keep_groups": 2,
+                                                                "record_tokens": 1500}
 
 
 # ---------------------------------------------------------------- after a pass
