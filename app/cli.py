@@ -488,7 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", help="*.traj.json files or folders holding them: paths, or file names in the "
                    "shared traces directory as for replay (the .traj.json suffix optional); none: every shared trace")
     p.add_argument("--policies", default="append,window,select",
-                   help="comma-separated: append, window, select (default: %(default)s)")
+                   help="comma-separated: append, window, select (default: %(default)s); also select-tombstone, "
+                        "select-notice, select-scratchpad, select-due<N> (select with the pass forecast over N calls)")
     p.add_argument("--profile", default="qwen3", help="model profile (default: %(default)s)")
     p.add_argument("--out", default="ctxd-eval", help="output folder (default: %(default)s)")
     p.add_argument("--workers", type=int, default=2, help="worker processes; 1 = in this process (default: %(default)s)")

@@ -74,8 +74,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = make_session_factory(engine)
         app.state.read_factory = make_read_factory(engine)
         app.state.memo = AssemblyMemo(max_bytes=settings.memo_bytes)
-        # whether a compaction pass is due (app/services/requests.py PassDue): in-place
-        # tombstones wait for it; issue 10's watermark module sets it. None: never due.
+        # an override of whether a compaction pass is due (app/services/requests.py PassDue):
+        # in-place tombstones wait for it. None: select's forecast from its watermarks
+        # (app/domain/compaction/forecast.py), the default signal.
         app.state.pass_due = None
         app.state.profiles = registry
         app.state.meters = meter_registry

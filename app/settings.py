@@ -76,8 +76,9 @@ class Settings(BaseSettings):
         "each session and format, and what kept manifests are rebuilt from, stay; 0: keep every manifest"))
     summarizer_url: str = Field(default="", description=(
         "OpenAI-compatible chat-completions URL of the optional model-written progress record (e.g. "
-        "http://127.0.0.1:8001/v1/chat/completions), asked after a POST, never inside a GET; its candidate is "
-        "audited against the event log; empty: the deterministic record only"))
+        "http://127.0.0.1:8001/v1/chat/completions), asked after a POST for the pass the next GET would run, never "
+        "inside a GET; its candidate is audited against that pass and used only by a pass of exactly that fold; "
+        "empty: the deterministic record only"))
     summarizer_model: str = Field(default="summarizer", description="the `model` field of the summarizer's requests")
     summarizer_api_key: str = Field(default="", description=(
         "sent to the summarizer as Authorization: Bearer when set (never logged)"))

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from app.services.memo import AssemblyMemo
-from app.services.requests import PassDue
+from app.services.requests import CandidateLookup, PassDue
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -62,8 +62,16 @@ async def memo(request: Request) -> AssemblyMemo:
 
 
 async def pass_due(request: Request) -> PassDue | None:
-    """The compaction signal for invalidation's deferral (``app.state.pass_due``)."""
+    """An override of the compaction signal for invalidation's deferral
+    (``app.state.pass_due``; None, the default: select's forecast from its watermarks)."""
     return getattr(request.app.state, "pass_due", None)
+
+
+async def candidates(request: Request) -> CandidateLookup | None:
+    """The summarizer's outcomes for sessions' next passes (issue 10 item 6), when one is
+    configured (``app.state.summaries``)."""
+    state = request.app.state
+    return state.summaries.source if getattr(state, "summarizer", None) is not None else None
 
 
 Uow = Annotated[UnitOfWork, Depends(unit_of_work_dep)]
@@ -72,3 +80,4 @@ Memo = Annotated[AssemblyMemo, Depends(memo)]
 Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]
 PassDueSignal = Annotated[PassDue | None, Depends(pass_due)]
+Candidates = Annotated[CandidateLookup | None, Depends(candidates)]

@@ -630,8 +630,9 @@ class ManifestOut(Described):
     layout_warnings: list[str]
     ranges: list[EventRangeOut] | None = Field(default=None, description="older events accounted for together")
     compaction: dict[str, Any] | None = Field(default=None, description="select's compaction: policy, whether this "
-                                              "request ran a pass, watermarks, the progress record's fold point, "
-                                              "tokens and budget (issue 10)")
+                                              "request ran a pass, watermarks, the pass forecast (tokens, growth "
+                                              "per call, N, due), the progress record's fold point, tokens, budget "
+                                              "and source: deterministic or model-written (issue 10)")
     id: int
 
 

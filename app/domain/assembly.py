@@ -19,7 +19,8 @@ from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
-from app.domain.compaction.fold import Fold, check_pass, fold_bounds, fold_record, pinned_group
+from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record, pinned_group
+from app.domain.compaction.forecast import PassForecast, forecast_pass, recent_growth
 from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
@@ -117,6 +118,7 @@ class Assembly:
     #: it ran no pass or reached T_lo (issue 10 item 3)
     over_target: str | None = None
     invalidation: InvalidationReport = field(default_factory=InvalidationReport)  # the manifest's summary
+    forecast: PassForecast | None = None  # select's pass forecast (pass_due forecast from the watermarks)
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -1045,10 +1047,13 @@ def assemble_window(
     plan_seqs = frozenset(p.seq for p in grouping.plans)
     known = payload_tokens or {}
     options = invalidation or InvalidationOptions()
+    # pass_due None: forecast from select's watermarks once the request is measured; planned
+    # first as due (new tombstones deferred), re-planned below when the forecast says not due
+    forecasting = options.pass_due is None and fold is not None
     graph = build_graph(events)
     bindings = {seq: node.bindings for seq, node in graph.observations.items()}
-    plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, deferred=options.deferred,
-                             shown_upto=options.shown_upto)
+    plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
+                             deferred=options.deferred, shown_upto=options.shown_upto)
     views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
@@ -1095,14 +1100,27 @@ def assemble_window(
             kept = [leaf_groups[pin], *kept]
         record_trunk = None
         if fold is not None:
-            records[k], text = fold_record(session.contract, events, groups, k, watermarks=fold.watermarks,
-                                           count=meter.count_text, memo=cache, pinned=pin)
+            record, text = fold_record(session.contract, events, groups, k, watermarks=fold.watermarks,
+                                       count=meter.count_text, memo=cache, pinned=pin)
+            records[k], text = choose_record(fold, record, text, new_pass=k > first_kept, contract=session.contract,
+                                             count=meter.count_text)
             record_trunk = (text, records[k].index_payloads)
         conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings, cache,
                                               record_trunk=record_trunk, documents=documents.current)
         return conv, plan_roles(meter.measure(conv), conv, plan_seqs, meter)
 
     conversation, measurement = build(first_kept)
+    forecast: PassForecast | None = None
+    if fold is not None:
+        forecast = forecast_pass(measurement.total, _growth(leaf_groups, conversation, measurement,
+                                                            first=first_kept, newest=newest, pin=pin),
+                                 t_hi=min(fold.watermarks.t_hi, budget.input_limit), calls=fold.due_calls)
+        if forecasting and not forecast.due and plan.deferred - options.deferred:
+            plan = plan_invalidation(graph, mode=options.mode, pass_due=False, deferred=options.deferred,
+                                     shown_upto=options.shown_upto)
+            leaf_groups = with_plan(plan)
+            conversation, measurement = build(first_kept)
+    pass_due = forecast.due if forecasting and forecast is not None else bool(options.pass_due)
     k = first_kept
     fitted: FittedGroup | None = None
     if measurement.total > (budget.input_limit if fold is None else min(fold.watermarks.t_hi, budget.input_limit)):
@@ -1169,7 +1187,7 @@ def assemble_window(
             check_pinned(budget, dict(measurement.by_role), measurement.total)
     if k > first_kept and plan.deferred and fitted is None:
         # this request rewrites the trunk anyway: the deferred tombstones replace their outputs now
-        plan = plan_invalidation(graph, mode=options.mode, pass_due=options.pass_due, trunk_rewrite=True,
+        plan = plan_invalidation(graph, mode=options.mode, pass_due=pass_due, trunk_rewrite=True,
                                  deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto)
         leaf_groups = with_plan(plan)
         conversation, measurement = build(k)
@@ -1313,7 +1331,7 @@ def assemble_window(
                         f"results at the per-item cap; they share {fitted.share_tokens} tokens as head + tail")
     tombstoned = [c.key for c in plan.choices.values() if c.choice == "tombstone"]
     report = InvalidationReport(
-        mode=options.mode, pass_due=options.pass_due, deferred=tuple(sorted(plan.deferred)),
+        mode=options.mode, pass_due=pass_due, deferred=tuple(sorted(plan.deferred)),
         shown_upto=max([options.shown_upto, *tombstoned]),
         notices=tuple(NoticeRef(after_seq=groups[i].first_seq, tokens=meter.count_text(text))
                       for i, texts in sorted(notes.items()) if i >= k for text in texts),
@@ -1334,4 +1352,20 @@ def assemble_window(
         derived_payloads=derived_by_k.get(k, {}),
         record=records.get(k),
         over_target=over_target,
+        forecast=forecast,
     )
+
+
+def _size(messages: Sequence[LeafMessage]) -> int:
+    """Characters of a group's leaf texts (contents and call arguments)."""
+    return sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+
+
+def _growth(leaf_groups: Sequence[Sequence[LeafMessage]], conversation: Conversation, measurement: Measurement, *,
+            first: int, newest: int, pin: int | None) -> int:
+    """The recent per-call growth of the request (tokens): the leaf's exact tokens shared
+    by size among its texts, the mean share of the newest turn groups since ``first`` that
+    send something (the pinned user message excluded: no call added it;
+    :func:`app.domain.compaction.forecast.recent_growth`)."""
+    sizes = [_size(leaf_groups[i]) for i in range(first, newest + 1) if i != pin and leaf_groups[i]]
+    return recent_growth(sizes, leaf_size=_size(conversation.leaf), leaf_tokens=int(measurement.by_zone.get("leaf", 0)))

@@ -102,7 +102,7 @@ def plan_request(
     remembered: RememberedIds | None = None,
     memo: MutableMapping[Any, Any] | None = None,
     payload_tokens: Mapping[str, int] | None = None,
-    pass_due: bool = False,
+    pass_due: bool | None = None,
 ) -> RequestPlan:
     """Plan the next request of ``state.session`` in ``wire``'s format.
 
@@ -117,8 +117,10 @@ def plan_request(
     stored after their POST): manifest figures only, the body never depends on them.
     ``pass_due``: a trunk rewrite (a compaction pass) is due within a few calls (issue 10's
     watermarks): the in-place tombstones of new changes wait for it, an appended notice
-    naming ``path@rN`` showing meanwhile (issue 11; seed 000 table 9). What waits is part
-    of the layout state (``deferred``, ``shown_upto``), as is the cut.
+    naming ``path@rN`` showing meanwhile (issue 11; seed 000 table 9). None (the default):
+    forecast from select's watermarks (:mod:`app.domain.compaction.forecast`; never due
+    under window). What waits is part of the layout state (``deferred``, ``shown_upto``),
+    as is the cut.
 
     The plan is a function of its inputs: two calls with equal inputs give equal bodies
     and manifests; a plan from the layout state another plan produced on the same events
@@ -143,7 +145,7 @@ def plan_request(
     m = assembly.measurement
     decided = assembly.invalidation
     new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
-                                       shown_upto=decided.shown_upto)
+                                       shown_upto=decided.shown_upto, folded=assembly.evicted_now > 0)
     digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
@@ -207,14 +209,18 @@ def compaction_report(assembly: Assembly, policy: Policy, layout: LayoutState) -
         if assembly.evicted_now > 0:  # issue 10 item 3: where the pass left the request, and why if above T_lo
             out["after_pass"] = {"tokens": assembly.measurement.total, "t_lo": policy.fold.watermarks.t_lo,
                                  "over": assembly.over_target}
+        if assembly.forecast is not None:
+            out["forecast"] = assembly.forecast.as_dict()
         record = assembly.record
         if record is not None:
+            source = dict(record.source) if record.source is not None else {"source": "deterministic"}
+            source.pop("candidate", None)  # the record endpoint has it; the manifest says which and why
             out["record"] = {"fold_seq": record.fold_seq, "tokens": record.tokens, "budget": record.budget,
                              "folded_events": len(record.folded_seqs), "collapsed_groups": record.collapsed,
-                             "contract_version": record.contract_version}
+                             "contract_version": record.contract_version, "source": source}
     return out
 def invalidation_options(session: Session, deferred: Sequence[int] = (), shown_upto: int = 0, *,
-                         pass_due: bool = False) -> InvalidationOptions:
+                         pass_due: bool | None = False) -> InvalidationOptions:
     """What invalidation depends on besides the events: the session's representation rule
     (``metadata.invalidation``: auto, tombstone or notice; validated at create), the
     deferral of the layout state (``deferred``, ``shown_upto``) and ``pass_due``."""

@@ -49,18 +49,20 @@ class LayoutState:
         return self.advanced(cut_seq=cut_seq)
 
     def advanced(self, *, cut_seq: int | None = None, deferred: tuple[int, ...] | None = None,
-                 shown_upto: int | None = None) -> LayoutState:
+                 shown_upto: int | None = None, folded: bool | None = None) -> LayoutState:
         """This state with a request's decisions applied, as the next version: the cut
-        moved forward to ``cut_seq`` (one more pass), the deferred changes replaced by
-        ``deferred`` (sorted), ``shown_upto`` moved forward. This very state when nothing
-        changes (None: keep that part)."""
+        moved forward to ``cut_seq``, the deferred changes replaced by ``deferred``
+        (sorted), ``shown_upto`` moved forward. This very state when nothing changes (None:
+        keep that part). ``folded``: whether the request folded (or evicted) turn groups,
+        which alone counts a pass: a session's first request moves the cut from 0 to its
+        first group without folding anything (None: any forward move of the cut counts)."""
         cut = max(self.cut_seq, cut_seq if cut_seq is not None else self.cut_seq)
         waiting = tuple(sorted(set(deferred))) if deferred is not None else self.deferred
         shown = max(self.shown_upto, shown_upto if shown_upto is not None else self.shown_upto)
         if (cut, waiting, shown) == (self.cut_seq, self.deferred, self.shown_upto):
             return self
         return LayoutState(version=self.version + 1, cut_seq=cut, deferred=waiting, shown_upto=shown,
-                           passes=self.passes + (cut > self.cut_seq))
+                           passes=self.passes + (cut > self.cut_seq and (folded is None or folded)))
 
 
 @dataclass(frozen=True)

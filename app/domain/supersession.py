@@ -80,11 +80,12 @@ class InvalidationPlan:
 class InvalidationOptions:
     """What a request's invalidation depends on besides the events: ``mode`` (``auto``,
     ``tombstone``, ``notice``), ``pass_due`` (a trunk rewrite is due within a few calls:
-    issue 10's watermark signal), ``deferred`` and ``shown_upto`` from the previous
-    request's layout state (see :func:`plan_invalidation`)."""
+    issue 10's watermark signal; None: forecast it from select's watermarks,
+    :mod:`app.domain.compaction.forecast`, and never due without them), ``deferred`` and
+    ``shown_upto`` from the previous request's layout state (see :func:`plan_invalidation`)."""
 
     mode: str = "auto"
-    pass_due: bool = False
+    pass_due: bool | None = False
     deferred: frozenset[int] = frozenset()
     shown_upto: int = 0
 

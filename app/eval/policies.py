@@ -211,12 +211,13 @@ _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{12,64}(?![0-9a-f])")
 
 class _ServiceRun:
     def __init__(self, traj: miniswe.Trajectory, ctx: EvalContext, invalidation: str = "auto", *,
-                 policy: str = "select", setting: SweepSetting | None = None) -> None:
+                 policy: str = "select", setting: SweepSetting | None = None, due_calls: int | None = None) -> None:
         from app.api.schemas import SessionCreate
         from app.services import sessions as session_service
 
         self.ctx = ctx
         self.policy = policy
+        self.due_calls = due_calls
         limit = ctx.profiles.get(ctx.profile).budget.input_limit
         self.watermarks = setting.watermarks(limit) if setting is not None else None
         create = miniswe.session_create_body(traj, profile=ctx.profile)
@@ -266,7 +267,8 @@ class _ServiceRun:
 
         try:
             out = assemble_request(self.ctx.session_factory, self.ctx.profiles, self.ctx.meters, self.session_id,
-                                   fmt="openai", memo=self.ctx.memo, policy=self.policy, watermarks=self.watermarks)
+                                   fmt="openai", memo=self.ctx.memo, policy=self.policy, watermarks=self.watermarks,
+                                   due_calls=self.due_calls)
         except PinnedOverBudget as exc:
             return RequestView(messages=[], tools=[], total=0, by_zone={}, by_role={}, cached=0,
                                input_limit=self.input_limit, error=str(exc))
@@ -293,10 +295,11 @@ class ServicePolicy:
     invalidation: str = "auto"  # how superseded observations are shown (session metadata.invalidation)
     setting: SweepSetting | None = None  # select with these watermarks instead of the profile's
     scratchpad: bool = False  # issue 16: post plan versions, documents and a child session's conclusion
+    due_calls: int | None = None  # N of select's pass forecast (None: the default, DUE_CALLS)
 
     def start(self, traj: miniswe.Trajectory, ctx: EvalContext) -> PolicyRun:
         run = _ServiceRun(traj, ctx, self.invalidation, policy="window" if self.name == "window" else "select",
-                          setting=self.setting)
+                          setting=self.setting, due_calls=self.due_calls)
         return _ScratchpadRun(run) if self.scratchpad else run
 
 
@@ -428,6 +431,7 @@ class SweepSetting:
 
 
 _SWEEP = re.compile(r"select\[([a-z0-9=.,]*)\]")
+_DUE = re.compile(r"select-due(\d+)")  # ``select-due5``: the profile's watermarks, pass forecast over N = 5 calls
 
 
 POLICIES: dict[str, Policy] = {
@@ -447,6 +451,9 @@ def get_policy(name: str) -> Policy:
     """The policy called ``name``: one of :data:`POLICIES`, or a sweep setting
     ``select[hi=..,lo=..,k=..,r=..]`` (:class:`SweepSetting`). Raises ValueError naming the
     known ones."""
+    due = _DUE.fullmatch(name)
+    if due is not None:  # select with another N for the pass forecast (app/domain/compaction/forecast.py)
+        return ServicePolicy(name, infer_bindings=True, due_calls=int(due.group(1)))
     if name.startswith("select["):
         setting = SweepSetting.parse(name)
         setting.watermarks(10**9)  # validates 0 < lo < hi

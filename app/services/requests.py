@@ -23,8 +23,9 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from app.domain.assembly import Assembly, cached_turn_groups
-from app.domain.compaction.fold import Fold, fold_record, pinned_group
+from app.domain.compaction.fold import Fold, choose_record, fold_record, pinned_group
 from app.domain.compaction.watermarks import Watermarks
+from app.domain.compaction.written import RecordSource
 from app.domain.errors import LayoutContention, ManifestNotFound, ServerFault, SessionNotFound, UnsupportedFormat
 from app.domain.layout import Conversation
 from app.domain.manifest import Manifest, ManifestSummary
@@ -32,12 +33,13 @@ from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_reques
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.recall import with_recall_tool
-from app.domain.state import PreviousRequest, SessionState
+from app.domain.state import LayoutState, PreviousRequest, SessionState
 from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
+from app.services.summarizer import PlannedPass
 from app.store import repository as repo
 from app.store.db import core_read, core_write
 from app.store.tenancy import link_payloads, own_payload, session_tenant
@@ -50,9 +52,13 @@ from app.wire import tokens as tokens_wire
 FORMATS = ("openai", "anthropic", "tokens")
 
 #: Whether a trunk rewrite (a compaction pass) is due within a few calls, judged on what a
-#: GET loaded (issue 10's watermarks; ``app.state.pass_due``, None: never). A function of
-#: the loaded state and events only, so every worker judges alike.
+#: GET loaded: an override of the default signal (``app.state.pass_due``; None, the default:
+#: select's forecast from its watermarks, :mod:`app.domain.compaction.forecast`). A function
+#: of the loaded state and events only, so every worker judges alike.
 PassDue = Callable[[SessionState, Sequence[Event]], bool]
+#: The summarizer's outcome for a session's next pass, computed after a POST
+#: (:meth:`app.services.summarizer.CandidateStore.source`), or None.
+CandidateLookup = Callable[[str], RecordSource | None]
 MAX_PLAN_ATTEMPTS = 4  # plans per GET when other workers keep moving the layout state
 
 _ZONES = {
@@ -146,13 +152,19 @@ def cache_model_for(profile: Profile, fmt: str) -> CacheModel:
 POLICIES = ("select", "window")
 
 
-def policy_for(profile: Profile, name: str = "select", watermarks: Watermarks | None = None) -> Policy:
+def policy_for(profile: Profile, name: str = "select", watermarks: Watermarks | None = None,
+               due_calls: int | None = None) -> Policy:
     """The request policy of ``profile``: ``select`` (compaction at the profile's
-    watermarks, or ``watermarks``: the eval sweep) or ``window`` (eviction only, the
+    watermarks, or ``watermarks``: the eval sweep; ``due_calls``: N of its pass forecast
+    instead of the default, the eval's choice of N) or ``window`` (eviction only, the
     evaluation's baseline). ValueError for another name."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    fold = Fold(watermarks or profile.watermarks) if name == "select" else None
+    fold = None
+    if name == "select":
+        fold = Fold(watermarks or profile.watermarks)
+        if due_calls is not None:
+            fold = replace(fold, due_calls=due_calls)
     return Policy(profile=profile.name, budget=profile.budget, item_cap_tokens=profile.item_cap_tokens,
                   render_reasoning=profile.render_reasoning, fold=fold)
 
@@ -187,6 +199,7 @@ class Loaded:
     previous: PreviousRequest | None
     base: repo.StoredManifest | None = None
     payload_tokens: Mapping[str, int] = field(default_factory=dict)
+    record_source: RecordSource | None = None  # the summarizer's outcome the last pass used (persisted)
 
 
 #: GETs that look a missing payload count up in storage before giving up on it (the count is
@@ -285,7 +298,45 @@ def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,
         if not hit:  # served by another worker (or evicted, or a restart): read it
             base = repo.load_manifest(db, session_id, previous.manifest_id)
     counts = known_payload_tokens(db, tokenizer_of(state.session.profile), events, memo.leaf_cache(session_id))
-    return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts)
+    return Loaded(state=state, events=events, previous=previous, base=base, payload_tokens=counts,
+                  record_source=record_source(db, memo.leaf_cache(session_id), session_id, state))
+
+
+def _source_key(layout: LayoutState) -> tuple[str, int, int]:
+    return ("record source", layout.cut_seq, layout.passes)
+
+
+def record_source(db: repo.Db, stash: MutableMapping[Any, Any], session_id: str,
+                  state: SessionState) -> RecordSource | None:
+    """The summarizer's outcome the session's last pass used (issue 10 item 6), as saved
+    with its record in the layout state: None before any pass or when no summarizer was
+    asked. Read once per fold point and kept in the session's memo (``stash``), so a GET
+    reads it only after another worker's pass (or a restart)."""
+    if state.layout.passes == 0:
+        return None
+    key = _source_key(state.layout)
+    if key in stash:
+        return stash[key]  # type: ignore[no-any-return]
+    stored = repo.load_record(db, session_id)
+    data = stored[2].get("source") if stored is not None and isinstance(stored[2], Mapping) else None
+    try:
+        found = RecordSource.from_dict(data) if isinstance(data, Mapping) and "folded_seqs" in data else None
+    except (ValueError, KeyError, TypeError):
+        found = None
+    stash[key] = found
+    return found
+
+
+def with_sources(policy: Policy, *, current: RecordSource | None, candidate: RecordSource | None) -> Policy:
+    """``policy`` with the summarizer's outcomes its passes may use (select only): the one
+    the last pass used (``current``) and one for a new pass (``candidate``), each only if
+    computed by this planner version."""
+    if policy.fold is None:
+        return policy
+    ok = [s if s is not None and s.planner_version == PLANNER_VERSION else None for s in (current, candidate)]
+    if ok == [policy.fold.current, policy.fold.candidate]:
+        return policy
+    return replace(policy, fold=replace(policy.fold, current=ok[0], candidate=ok[1]))
 
 
 def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None) -> repo.StoredManifest | None:
@@ -333,7 +384,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                      session_id: str, *, fmt: str = "openai", memo: AssemblyMemo,
                      read_factory: sessionmaker[OrmSession] | None = None,
                      pass_due: PassDue | None = None, policy: str = "select",
-                     watermarks: Watermarks | None = None) -> AssembledRequest:
+                     watermarks: Watermarks | None = None, candidates: CandidateLookup | None = None,
+                     due_calls: int | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
     ``factory`` opens write transactions (the save), ``read_factory`` snapshot reads (the
@@ -341,8 +393,13 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
     app's assembly memo (``app.state.memo``). ``policy``: ``select`` (GET /request's
     default: compaction passes into the progress record, saved with the layout state) or
     ``window`` (the evaluation's baseline); ``watermarks``: select's settings instead of
-    the profile's (the ``ctxd eval`` sweep). ``pass_due``: the compaction signal the
-    planner passes to invalidation (:data:`PassDue`; None: no pass is ever due).
+    the profile's (the ``ctxd eval`` sweep). ``pass_due``: an override of the compaction
+    signal the planner passes to invalidation (:data:`PassDue`; None: select's forecast,
+    :mod:`app.domain.compaction.forecast`). ``candidates``: the summarizer's outcomes
+    computed after POSTs (:data:`CandidateLookup`): a pass whose fold matches one exactly
+    uses its admitted record (issue 10 item 6; the manifest's ``compaction.record.source``
+    says which record the trunk holds). ``due_calls``: N of select's pass forecast instead
+    of the default (the ``ctxd eval`` policies ``select-due<N>``).
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
@@ -363,17 +420,26 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
             loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
         plan = plan_request(served_state(loaded.state, profile), loaded.events,
-                            policy=policy_for(profile, policy, watermarks),
+                            policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
+                                                current=loaded.record_source,
+                                                candidate=candidates(session_id) if candidates is not None else None),
                             wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens,
-                            pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else False)
+                            pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else None)
         with core_write(factory) as db:
             saved = save(db, plan, loaded.base)
             if saved is None:
                 db.rollback()
                 continue
+        stash = memo.leaf_cache(session_id)
+        if plan.assembly.forecast is not None:  # what the POST hook reads: is a pass near?
+            stash["forecast"] = plan.assembly.forecast
+        if plan.layout.passes > plan.loaded_layout.passes:  # this worker's pass: its record's source is known
+            source = plan.assembly.record.source if plan.assembly.record is not None else None
+            stash[_source_key(plan.layout)] = RecordSource.from_dict(source) \
+                if source is not None and "folded_seqs" in source else None
         manifest_bytes = orjson.dumps(saved.data | {"id": saved.id})
         memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=len(manifest_bytes))
         _observe(profile, plan, policy)
@@ -382,6 +448,33 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                                 manifest_bytes=manifest_bytes)
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
+
+
+def planned_pass(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
+                 session_id: str, *, memo: AssemblyMemo,
+                 read_factory: sessionmaker[OrmSession] | None = None) -> PlannedPass | None:
+    """The compaction pass the session's next GET would run, planned now (after a POST, for
+    the summarizer; issue 10 item 6): None when the last GET's forecast said no pass is due
+    within a few calls, or when the plan of the events as they stand runs none. The plan is
+    the GET's (select at the profile's watermarks, the same planner), not saved. Raises
+    SessionNotFound."""
+    stash = memo.leaf_cache(session_id)
+    forecast = stash.get("forecast")
+    if forecast is not None and not forecast.due:
+        return None
+    with core_read(read_factory or factory) as db:
+        loaded = load(db, memo, session_id, "openai", tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
+    profile = profiles.get(loaded.state.session.profile)
+    plan = plan_request(served_state(loaded.state, profile), loaded.events,
+                        policy=with_sources(policy_for(profile), current=loaded.record_source, candidate=None),
+                        wire=Wire("openai", profile, session_id, loaded.state.model),
+                        cache_model=cache_model_for(profile, "openai"), meter=meters.get(profile), memo=stash,
+                        payload_tokens=loaded.payload_tokens)
+    record = plan.assembly.record
+    if plan.assembly.evicted_now == 0 or record is None:
+        return None
+    return PlannedPass(events=tuple(loaded.events), contract=loaded.state.session.contract,
+                       folded_seqs=tuple(record.folded_seqs), planner_version=PLANNER_VERSION)
 
 
 def get_record(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry, session_id: str,
@@ -400,9 +493,12 @@ def get_record(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, met
     groups = cached_turn_groups(loaded.events, cache)
     cut = state.layout.cut_seq
     k = next((i for i, g in enumerate(groups) if g.first_seq >= cut), len(groups)) if cut else 0
+    count = meters.get(profile).count_text
     record, text = fold_record(state.session.contract, loaded.events, groups, k, watermarks=profile.watermarks,
-                               count=meters.get(profile).count_text, memo=cache,
-                               pinned=pinned_group(groups))
+                               count=count, memo=cache, pinned=pinned_group(groups))
+    fold = with_sources(policy_for(profile), current=loaded.record_source, candidate=None).fold
+    if fold is not None:  # the summarizer's record, when the last pass used one (issue 10 item 6)
+        record, text = choose_record(fold, record, text, new_pass=False, contract=state.session.contract, count=count)
     saved = stored[2] if stored is not None else None
     return {"session_id": session_id, "passes": state.layout.passes,
             "record": saved if saved is not None and saved.get("fold_seq") == record.fold_seq else record.as_dict(),

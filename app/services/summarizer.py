@@ -12,18 +12,23 @@ retries never makes an unverified summary safe to admit.
 Function boundary for the compaction pass (the select engineer's code calls these):
 
 * :func:`summarize_record` (config, deterministic record as a dict, events, contract,
-  folded seqs) -> :class:`SummaryOutcome`: chunking, requests, audit, feedback, fallback.
+  folded seqs) -> :class:`SummaryOutcome`: chunking, requests, audit, feedback, fallback;
+  :meth:`SummaryOutcome.record_source` is what the planner takes.
 * :func:`request_candidate`: one HTTP request -> the parsed JSON value (or
   :class:`SummarizerError`).
 * :func:`app.domain.audit.audit_candidate`: pure; cheap enough to re-run inside a GET's
   pass on a candidate computed earlier (no HTTP).
 
-Latency: the summarizer never runs inside a GET. :func:`summarize_after_post` is the
+Latency: the summarizer never runs inside a GET. :func:`summarize_pass_after_post` is the
 background hook the POST /events route schedules (FastAPI BackgroundTasks, after the
-response) when a summarizer is configured; it stores its outcome in the app's
-:class:`CandidateStore`, keyed by session and by the basis it was audited against
-(contract version, folded seqs, last seq). A pass that folds exactly that basis may use the
-stored record; otherwise it uses the deterministic record and never waits.
+response) when a summarizer is configured: when the next GET would run a compaction pass
+(``app.services.requests.planned_pass``: the last GET's forecast says a pass is near, and
+the plan of the events as they stand runs one), it asks for a candidate of exactly that
+pass's record and audits it against that pass's inventory; the outcome goes to the app's
+:class:`CandidateStore` with its basis (contract version, folded seqs, last seq) and
+planner version. The GET that runs the pass uses the admitted candidate only when its own
+fold matches exactly (:meth:`app.domain.compaction.written.RecordSource.matches`);
+otherwise the deterministic record. It never waits.
 """
 
 from __future__ import annotations
@@ -33,12 +38,10 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
-from sqlalchemy.orm import Session as OrmSession
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_fixed
 
 from app.domain.audit import (
@@ -50,6 +53,7 @@ from app.domain.audit import (
     summarizer_chunks,
 )
 from app.domain.compaction.evidence import Finding
+from app.domain.compaction.written import FINDINGS_SHOWN, RecordSource
 from app.domain.types import Contract, Event
 from app.observability import metrics
 
@@ -104,10 +108,21 @@ class SummaryOutcome:
     rejections: tuple[tuple[Finding, ...], ...] = ()
     error: str | None = None
     basis: tuple[int, tuple[int, ...], int] = (0, (), 0)
+    planner_version: int = 0  # the planner that computed the pass asked for (0: not asked for a pass)
 
     @property
     def admitted(self) -> bool:
         return self.source == "model"
+
+    def record_source(self) -> RecordSource:
+        """The outcome as the planner takes it (:class:`app.domain.compaction.written.RecordSource`):
+        the pass it was audited for, the admitted candidate or the rejection findings."""
+        return RecordSource(source=self.source, folded_seqs=self.basis[1], contract_version=self.basis[0],
+                            planner_version=self.planner_version,
+                            candidate=self.record if self.source == "model" else None,
+                            rejections=tuple(tuple(f"{f.kind} {f.field}: {f.detail}" for f in r[:FINDINGS_SHOWN])
+                                             for r in self.rejections),
+                            error=self.error)
 
 
 def request_body(config: SummarizerConfig, messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
@@ -250,51 +265,56 @@ class CandidateStore:
             return None
         return outcome
 
-
-RecordBuilder = Callable[[Sequence[Event], Contract], tuple[dict[str, Any], Iterable[int]]]
-"""(events, contract) -> (deterministic record as a dict, the seqs it folds)."""
-
-
-def default_builder(events: Sequence[Event], contract: Contract) -> tuple[dict[str, Any], Iterable[int]]:
-    """Until the compaction pass supplies its own: :func:`app.domain.audit.host_record`
-    folding every event (the pass re-audits a stored candidate against its own fold, so a
-    mismatched basis only means the candidate is not used)."""
-    return host_record(events, contract), [e.seq for e in events]
+    def source(self, session_id: str) -> RecordSource | None:
+        """The stored outcome for the session's next pass as the planner takes it (None
+        without one, or for an outcome not computed for a planned pass)."""
+        outcome = self.get(session_id)
+        return outcome.record_source() if outcome is not None and outcome.planner_version > 0 else None
 
 
-_RUNNING: set[str] = set()
-_RUNNING_LOCK = threading.Lock()
+@dataclass(frozen=True)
+class PlannedPass:
+    """The pass the next GET of a session would run, planned after a POST: the events and
+    contract it was planned from, the seqs it folds and the planner version
+    (``app.services.requests.planned_pass``)."""
+
+    events: Sequence[Event]
+    contract: Contract
+    folded_seqs: tuple[int, ...]
+    planner_version: int
 
 
-def summarize_after_post(uow: Callable[[], AbstractContextManager[OrmSession]], client: httpx.Client,
-                         config: SummarizerConfig, store: CandidateStore, session_id: str, *,
-                         build: RecordBuilder = default_builder) -> SummaryOutcome | None:
-    """The POST hook (run after the response): load the session's contract and events in
-    one short read, build the deterministic record, ask and audit (no transaction open
-    during HTTP), store the outcome. One run per session at a time (a POST while one runs
-    is skipped: the next POST catches up). Returns the outcome (None when skipped or the
-    session is gone); never raises."""
-    from app.store import repository as repo
-
+def summarize_pass_after_post(plan_pass: Callable[[], PlannedPass | None], client: httpx.Client,
+                              config: SummarizerConfig, store: CandidateStore, session_id: str) -> SummaryOutcome | None:
+    """The POST hook (run after the response, never inside a GET; issue 10 item 6): when
+    the next GET would run a compaction pass (``plan_pass``: its fold, or None), ask the
+    summarizer for a candidate of exactly that record, starting from the host record of
+    those folded seqs, audit it against that pass's inventory (listing 2: the whole log,
+    the folded seqs' protected fields), and store the outcome with the pass's basis and
+    planner version; the GET that runs the pass uses it when its fold matches exactly.
+    One run per session at a time (a POST while one runs is skipped). Returns the outcome
+    (None when no pass is due, skipped, or the session is gone); never raises."""
     with _RUNNING_LOCK:
         if session_id in _RUNNING:
             return None
         _RUNNING.add(session_id)
     try:
-        with uow() as db:
-            row = repo.get_session_row(db, session_id)
-            if row is None:
-                return None
-            contract = repo.session_from_row(row).contract
-            events = repo.load_events(db, session_id)
-        deterministic, folded = build(events, contract)
-        outcome = summarize_record(client, config, deterministic=deterministic, events=events, contract=contract,
-                                   folded_seqs=folded)
+        planned = plan_pass()
+        if planned is None:
+            return None
+        deterministic = host_record(planned.events, planned.contract, folded_seqs=planned.folded_seqs)
+        outcome = summarize_record(client, config, deterministic=deterministic, events=planned.events,
+                                   contract=planned.contract, folded_seqs=planned.folded_seqs)
+        outcome = replace(outcome, planner_version=planned.planner_version)
         store.put(session_id, outcome)
         return outcome
     except Exception:  # an optional refinement: never fails anything
-        log.exception("summarizing session %s failed; the deterministic record is used", session_id)
+        log.exception("summarizing the next pass of session %s failed; the deterministic record is used", session_id)
         return None
     finally:
         with _RUNNING_LOCK:
             _RUNNING.discard(session_id)
+
+
+_RUNNING: set[str] = set()
+_RUNNING_LOCK = threading.Lock()

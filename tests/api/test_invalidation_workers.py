@@ -42,12 +42,12 @@ def _manifest(m: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in m.items() if k not in ("session_id", "id", "request_sha256")}
 
 
-def _replay(clients: list[TestClient], calls: int = CALLS) -> tuple[str, list[tuple[dict, dict]]]:
+def _replay(clients: list[TestClient], calls: int = CALLS, profile: str = "tiny") -> tuple[str, list[tuple[dict, dict]]]:
     """Replay the trace with inferred bindings and writes into a new session, the k-th
     model call's GETs (openai, anthropic) served by ``clients[k % n]``, each manifest read
     back by the other instance; returns the session id and the (body, manifest) pairs."""
     traj = load_trajectory(TRACE)
-    sid = clients[0].post("/v1/sessions", json=session_create_body(traj, profile="tiny")).json()["id"]
+    sid = clients[0].post("/v1/sessions", json=session_create_body(traj, profile=profile)).json()["id"]
     served, call = [], 0
     for step in replay_plan(traj, infer_bindings=True):
         if isinstance(step, PostEvents):
@@ -146,3 +146,52 @@ def test_a_deferral_survives_a_restart(settings: Settings, signalled: tuple[Test
     assert cache["extends_previous"] and cache["common_prefix_exact"]
     assert cache["common_prefix_tokens"] == cache["previous_tokens"] == again["manifest"]["tokens"]["total"]
     assert _layout_row(settings, sid)[0] == version, "nothing new decided"
+
+
+@pytest.mark.skipif(not TRACE.is_file(), reason=f"trace {TRACE.name} not found in {TRACES_DIR}")
+def test_the_watermark_forecast_drives_the_deferral_by_default(pair: tuple[TestClient, TestClient]) -> None:  # noqa: F811
+    """No hook set (``app.state.pass_due`` None): select's forecast is the signal (issue 11
+    item 4). A superseded read first becomes an in-place tombstone only on a request that
+    runs a pass or when no pass is due within N calls; while one is due the tombstone waits
+    and a notice naming ``path@rN`` is shown at once. (Fault kind from macanderson/stella#3690:
+    old tool results rewritten in place between compactions broke the cached prefix on 27 of
+    86 calls.)"""
+    a, _ = pair
+    assert a.app.state.pass_due is None  # type: ignore[attr-defined]
+    _, served = _replay([a], calls=200, profile="qwen3")  # the whole trace, at qwen3's watermarks
+    manifests = [m for _, m in served if m["format"] == "openai"]
+    bodies = [b for b, m in served if m["format"] == "openai"]
+    shown: dict[int, str] = {}
+    first_tombstones = deferrals = 0
+    for body, m in zip(bodies, manifests):
+        forecast = m["compaction"]["forecast"]
+        assert m["invalidation"]["pass_due"] == forecast["due"]
+        assert forecast["due"] == (forecast["tokens"] + forecast["calls"] * forecast["growth"] >= forecast["t_hi"])
+        for item in m["items"]:
+            choice = item.get("invalidation", {}).get("choice")
+            if choice == "tombstone" and shown.get(item["seq"]) not in (None, "tombstone"):
+                first_tombstones += 1
+                assert m["compaction"]["pass"] or not forecast["due"], \
+                    f"seq {item['seq']}: a tombstone broke the prefix although a pass was due"
+            if choice == "deferred":
+                deferrals += 1
+                assert forecast["due"] or item["seq"] in shown, "deferred only while a pass is due (or already waiting)"
+                write = item["write"]
+                notice = f"now {write['artifact']}@r{write['revision']}"
+                assert any(notice in (msg.get("content") or "") and "replaced by a tombstone at the next trunk rewrite"
+                           in (msg.get("content") or "") for msg in body["messages"]), "a notice at once"
+            if choice is not None:
+                shown[item["seq"]] = choice
+            elif item.get("zone") == "leaf":
+                shown.setdefault(item["seq"], "verbatim")
+    assert deferrals, "the scenario defers (else the test proves nothing)"
+    # a deferral ends only at a trunk rewrite: the tombstone applied, or the read folded
+    waiting: set[int] = set()
+    ended = 0
+    for m in manifests:
+        now = {i["seq"] for i in m["items"] if i.get("invalidation", {}).get("choice") == "deferred"}
+        if waiting - now:
+            assert m["compaction"]["pass"], f"deferrals {sorted(waiting - now)} ended without a pass"
+            ended += 1
+        waiting = now
+    assert ended, "a pass applied deferred tombstones"

@@ -54,3 +54,20 @@ def test_record_api_returns_what_the_trunk_holds(client: TestClient) -> None:
 
 def test_record_of_an_unknown_session_is_404(client: TestClient) -> None:
     assert_problem(client.get("/v1/sessions/nope/record"), 404)
+
+
+def test_no_pass_before_anything_is_folded(client: TestClient) -> None:
+    """A new session's first request moves the cut from 0 to its first turn group without
+    folding anything: no pass (it reported passes: 1 before)."""
+    sid = new_session(client)
+    test_turn = {"event_id": "t", "kind": "message", "role": "assistant", "content": "Run the test.",
+                 "tool_calls": [{"call_id": "tc", "name": "bash",
+                                 "arguments": json.dumps({"command": "python -m pytest tests/test_x.py::test_y"})}]}
+    assert post(client, sid, test_turn, {"event_id": "r-t", "kind": "tool_result", "call_id": "tc",
+                                         "payload": FAILING, "exit_code": 1}).status_code == 200
+    manifest = client.get(f"/v1/sessions/{sid}/request").json()["manifest"]
+    assert manifest["layout"]["cut_seq"] == 1 and not manifest["compaction"]["pass"]
+    assert manifest["compaction"]["passes"] == 0
+    body = client.get(f"/v1/sessions/{sid}/record").json()
+    assert body["passes"] == 0 and body["record"]["fold_seq"] == 0 and body["record"]["folded_seqs"] == []
+    assert body["record"]["source"] == {"source": "deterministic"}

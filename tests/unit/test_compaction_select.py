@@ -26,6 +26,7 @@ from app.domain.compaction.record import build_record, render_record
 from app.domain.compaction.watermarks import Watermarks, cycle_turns
 from app.domain.layout import render_contract
 from app.domain.manifest import Representation
+from app.domain.supersession import InvalidationOptions
 from app.domain.types import Event, MessageEvent, Session, ToolCall, ToolResultEvent
 from app.eval.metrics import pair_errors
 from tests.domain_events import trace_session
@@ -104,17 +105,23 @@ def session_of(path: Path) -> tuple[Session, tuple[Event, ...], list[int]]:
 
 
 def replay(path: Path, fold: Fold) -> Iterator[Call]:
-    """Assemble the request at every model call of the trajectory, the cut persisted
-    between calls as the service persists it."""
+    """Assemble the request at every model call of the trajectory, the cut and the
+    invalidation deferral persisted between calls as the service persists them (the
+    deferral driven by select's pass forecast, the service's default signal)."""
     session, events, counts = session_of(path)
     cut, cache = 0, {}
+    deferred: frozenset[int] = frozenset()
+    shown = 0
     for n in counts:
         if n == 0:
             continue
         assembly = assemble_window(session, events[:n], budget=BUDGET, meter=WordMeter(), item_cap_tokens=800,
-                                   previous_cut_seq=cut, leaf_cache=cache, fold=fold)
+                                   previous_cut_seq=cut, leaf_cache=cache, fold=fold,
+                                   invalidation=InvalidationOptions(pass_due=None, deferred=deferred,
+                                                                    shown_upto=shown))
         yield Call(events[:n], assembly, assembly.cut_seq > cut)
         cut = assembly.cut_seq
+        deferred, shown = frozenset(assembly.invalidation.deferred), assembly.invalidation.shown_upto
 
 
 def leaf_dicts(assembly: Assembly) -> list[dict[str, Any]]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.auth import Caller
-from app.api.deps import Db, Memo, Meters, PassDueSignal, Profiles, Uow
+from app.api.deps import Candidates, Db, Memo, Meters, PassDueSignal, Profiles, Uow
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
 from app.api.schemas import (
@@ -109,9 +110,12 @@ def _after_ingest(request: Request, background: BackgroundTasks, uow: Uow, profi
         background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
     state = request.app.state
     if state.summarizer is not None and created:
-        # the optional model-written record: after the response, never inside a GET (issue 10 item 6)
-        background.add_task(summarizer_service.summarize_after_post, uow, state.summarizer_http, state.summarizer,
-                            state.summaries, session_id)
+        # the optional model-written record of the pass the next GET would run: after the
+        # response, never inside a GET (issue 10 item 6)
+        background.add_task(summarizer_service.summarize_pass_after_post,
+                            partial(request_service.planned_pass, state.session_factory, profiles, meters, session_id,
+                                    memo=memo, read_factory=state.read_factory),
+                            state.summarizer_http, state.summarizer, state.summaries, session_id)
 
 
 @router.post("/sessions/{session_id}/messages", response_model=MessageBatchOut,
@@ -167,11 +171,12 @@ JSON_BYTES = "application/json"
 @router.get("/sessions/{session_id}/request", response_model=AssembledRequest,
             responses=documented(404, 503))
 def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters: Meters, due: PassDueSignal,
+                candidates: Candidates,
                 format: Annotated[str, Query(description="wire format: openai, anthropic or tokens")] = "openai") -> Response:
     """The next model request for ``format``, with its manifest (persisted). A GET may
     persist a layout decision; it never changes what an identical second GET returns."""
     out = request_service.assemble_request(db.write, profiles, meters, session_id, fmt=format, memo=memo,
-                                           read_factory=db.read, pass_due=due)
+                                           read_factory=db.read, pass_due=due, candidates=candidates)
     return Response(content=out.response_bytes(), media_type=JSON_BYTES)
 
 

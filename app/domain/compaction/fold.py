@@ -26,15 +26,18 @@ Standard library only.
 from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.domain.compaction.evidence import Finding, check_protected, protected_inventory
+from app.domain.compaction.forecast import DUE_CALLS
 from app.domain.compaction.record import ProgressRecord, build_record, render_record
 from app.domain.compaction.watermarks import Watermarks
+from app.domain.compaction.written import RecordSource, render_written_record
 from app.domain.types import Contract, Event, TurnGroup
 
-__all__ = ["Fold", "ProtectedCheck", "check_pass", "fold_bounds", "fold_record", "pinned_group", "protected_check"]
+__all__ = ["Fold", "ProtectedCheck", "check_pass", "choose_record", "fold_bounds", "fold_record", "pinned_group",
+           "protected_check"]
 
 #: ``check(folded_events, contract, texts) -> findings``: the protected fields of the folded
 #: events (and the contract) that ``texts`` (the request's trunk and leaf texts) lose or
@@ -54,10 +57,21 @@ def protected_check(folded: Sequence[Event], contract: Contract, texts: Sequence
 class Fold:
     """Compaction settings of the select policy: the watermarks (eq. 3), and the
     protected-field check run on every pass (default :func:`protected_check`; None: no
-    check, for tests that show what the check prevents)."""
+    check, for tests that show what the check prevents).
+
+    ``due_calls``: N of the pass forecast (:mod:`app.domain.compaction.forecast`): a pass
+    is due when the request reaches ``T_hi`` within N calls at its recent growth (in-place
+    tombstones then wait for it, issue 11 item 4). ``candidate``: a summarizer's outcome
+    for a pass this request may run (used only by a new pass whose fold it matches);
+    ``current``: the outcome the last pass used (persisted with the layout state), used
+    for the fold point as it stands, so that every worker renders the same trunk
+    (:func:`choose_record`)."""
 
     watermarks: Watermarks
     check: ProtectedCheck | None = protected_check
+    due_calls: int = DUE_CALLS
+    candidate: RecordSource | None = None
+    current: RecordSource | None = None
 
 
 def check_pass(fold: Fold, record: ProgressRecord, events: Sequence[Event], contract: Contract,
@@ -69,6 +83,31 @@ def check_pass(fold: Fold, record: ProgressRecord, events: Sequence[Event], cont
         return ()
     folded = set(record.folded_seqs)
     return fold.check([e for e in events if e.seq in folded], contract, [trunk])
+
+
+def choose_record(fold: Fold, record: ProgressRecord, text: str, *, new_pass: bool, contract: Contract,
+                  count: Callable[[str], int]) -> tuple[ProgressRecord, str]:
+    """The record and trunk text a fold point uses (issue 10 item 6): ``record`` and
+    ``text`` (the deterministic ones) unless a summarizer's outcome matches its fold
+    exactly (:meth:`RecordSource.matches`): ``fold.candidate`` for a new pass
+    (``new_pass``), ``fold.current`` for the fold point as it stands. An admitted
+    candidate's trunk (:func:`render_written_record`) is used when its record part fits
+    the record budget, else the deterministic one with that finding; the returned record
+    says which (``source``)."""
+    source = fold.candidate if new_pass else fold.current
+    if source is None or not record.folded_seqs or not source.matches(record):
+        return record, text
+    if source.source != "model" or source.candidate is None:
+        return replace(record, source=source.as_dict()), text
+    written = render_written_record(contract, source.candidate, record, rejected=len(source.rejections))
+    tokens = count(render_written_record(contract, source.candidate, record, rejected=len(source.rejections),
+                                         with_contract=False))
+    if tokens > record.budget:
+        over = replace(source, source="deterministic", candidate=None,
+                       rejections=(*source.rejections, ((f"budget record: the admitted candidate renders to {tokens} "
+                                                        f"tokens, over the record budget of {record.budget}"),)))
+        return replace(record, source=over.as_dict()), text
+    return replace(record, source=source.as_dict(), tokens=tokens), written
 
 
 def fold_bounds(groups: Sequence[TurnGroup], *, newest: int, first_kept: int, keep_groups: int) -> tuple[int, int]:

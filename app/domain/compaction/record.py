@@ -172,9 +172,14 @@ class ProgressRecord:
     tokens: int = 0
     budget: int = 0
     index_payloads: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    #: which record the trunk holds (issue 10 item 6): None for the deterministic one asked of
+    #: no summarizer; else :meth:`app.domain.compaction.written.RecordSource.as_dict` (``model``:
+    #: an admitted candidate, rendered instead; ``deterministic``: with the rejection findings)
+    source: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form (``GET /v1/sessions/{id}/record``)."""
+        """JSON form (``GET /v1/sessions/{id}/record``); ``source`` says which record the
+        trunk holds (``deterministic`` unless a summarizer's candidate was admitted)."""
         return {
             "version": RECORD_VERSION,
             "contract_version": self.contract_version,
@@ -194,6 +199,7 @@ class ProgressRecord:
             "collapsed_groups": self.collapsed,
             "tokens": self.tokens,
             "budget": self.budget,
+            "source": dict(self.source) if self.source is not None else {"source": "deterministic"},
         }
 
 
