@@ -161,7 +161,7 @@ def as_sent_meter(meter: Any) -> Any:
         sibling = _AS_SENT.get(meter)
         if sibling is None:
             sibling = HFChatMeter(meter.tokenizer, encoder=meter.encoder, render_reasoning=True,
-                                  render_cache=meter.render_cache)
+                                  render_cache=meter.render_cache, template_kwargs=meter.template_kwargs)
             _AS_SENT[meter] = sibling  # one per process, like the meter itself
         return sibling
     return meter
