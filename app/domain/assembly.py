@@ -114,6 +114,9 @@ class Assembly:
     ranges: tuple[EventRange, ...] = field(default=())  # older events, accounted together
     derived_payloads: dict[str, bytes] = field(default_factory=dict)  # {handle: bytes} to store (elision index)
     record: ProgressRecord | None = None  # the trunk's progress record (select), None under window
+    #: why this request's pass ended above T_lo (one of watermarks.OVER_TARGET_REASONS), None when
+    #: it ran no pass or reached T_lo (issue 10 item 3)
+    over_target: str | None = None
     invalidation: InvalidationReport = field(default_factory=InvalidationReport)  # the manifest's summary
     forecast: PassForecast | None = None  # select's pass forecast (pass_due forecast from the watermarks)
 
@@ -994,6 +997,20 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
     return out, all_counts
 
 
+def pass_over_target(measurement: Measurement, t_lo: int, *, rejected: bool, newest_only: bool) -> str:
+    """Why a pass whose request measures ``measurement`` (tokens) ended above ``t_lo``
+    (:data:`app.domain.compaction.watermarks.OVER_TARGET_REASONS`): ``protected`` when the
+    protected-field check rejected a fold point; else, with every group but the newest folded
+    (``newest_only``), ``pinned`` when root + trunk (contract + record) alone exceed ``t_lo``
+    and ``newest_group`` otherwise; else ``pending`` (a group awaiting results bounds the fold)."""
+    if rejected:
+        return "protected"
+    if not newest_only:
+        return "pending"
+    return "pinned" if measurement.by_zone.get("root", 0) + measurement.by_zone.get("trunk", 0) > t_lo \
+        else "newest_group"
+
+
 def assemble_window(
     session: Session,
     events: Sequence[Event],
@@ -1205,6 +1222,10 @@ def assemble_window(
         while measurement.total > budget.input_limit and k < newest:
             k += 1
             conversation, measurement = build(k)
+    over_target = None
+    if fold is not None and k > first_kept and measurement.total > fold.watermarks.t_lo:
+        over_target = pass_over_target(measurement, fold.watermarks.t_lo, rejected=bool(rejected),
+                                       newest_only=k >= newest)
     cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
@@ -1358,6 +1379,7 @@ def assemble_window(
         warnings=tuple(warnings),
         derived_payloads=derived_by_k.get(k, {}),
         record=records.get(k),
+        over_target=over_target,
         forecast=forecast,
     )
 

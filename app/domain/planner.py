@@ -206,6 +206,9 @@ def compaction_report(assembly: Assembly, policy: Policy, layout: LayoutState) -
                            "groups_folded_now": assembly.evicted_now, "passes": layout.passes}
     if policy.fold is not None:
         out["watermarks"] = policy.fold.watermarks.as_dict()
+        if assembly.evicted_now > 0:  # issue 10 item 3: where the pass left the request, and why if above T_lo
+            out["after_pass"] = {"tokens": assembly.measurement.total, "t_lo": policy.fold.watermarks.t_lo,
+                                 "over": assembly.over_target}
         if assembly.forecast is not None:
             out["forecast"] = assembly.forecast.as_dict()
         record = assembly.record

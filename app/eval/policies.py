@@ -91,6 +91,8 @@ class RequestView:
     handle_texts: Callable[[str], list[str]] = field(default=lambda text: [], repr=False)
     error: str | None = None
     compaction_pass: bool = False  # this request ran a compaction pass (select) or an eviction (window)
+    #: a pass of select ended above T_lo: why (watermarks.OVER_TARGET_REASONS), else None (issue 10 item 3)
+    pass_over_target: str | None = None
     trunk_text: str = ""  # the trunk (contract + progress record) when a record is in it
     items: dict[str, Item] | None = None  # call_id -> manifest item of its result (service policies)
     invalidation: InvalidationReport | None = None  # the manifest's invalidation summary (service policies)
@@ -159,7 +161,7 @@ def as_sent_meter(meter: Any) -> Any:
         sibling = _AS_SENT.get(meter)
         if sibling is None:
             sibling = HFChatMeter(meter.tokenizer, encoder=meter.encoder, render_reasoning=True,
-                                  render_cache=meter.render_cache)
+                                  render_cache=meter.render_cache, template_kwargs=meter.template_kwargs)
             _AS_SENT[meter] = sibling  # one per process, like the meter itself
         return sibling
     return meter
@@ -279,7 +281,7 @@ class _ServiceRun:
                            total=tokens.total, by_zone=dict(tokens.by_zone), by_role=dict(tokens.by_role),
                            cached=manifest.cache.predicted_cached_tokens,
                            input_limit=int(manifest.budget["input_limit"]), handle_texts=self.handle_texts,
-                           compaction_pass=out.assembly.evicted_now > 0,
+                           compaction_pass=out.assembly.evicted_now > 0, pass_over_target=out.assembly.over_target,
                            trunk_text=render_record(record, with_contract=False) if record is not None else "",
                            items=items, invalidation=manifest.invalidation)
 

@@ -135,6 +135,8 @@ class CallRecord:
     error: str | None = None
     compaction_pass: bool = False  # the request ran a compaction pass (select) or an eviction (window)
     grounding_record_hits: int = 0  # candidates found in the trunk's progress record (select)
+    #: the pass ended above T_lo: why (app.domain.compaction.watermarks.OVER_TARGET_REASONS; issue 10 item 3)
+    pass_over_target: str | None = None
     stale_items: int = 0  # eq. 7 per manifest item (service policies; = stale for append, which has no manifest)
     tombstones: int = 0
     tombstone_tokens: int = 0
@@ -191,7 +193,7 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
     inv = view.invalidation or InvalidationReport()
     per_item = stale if view.items is None else metrics.stale_items(facts.observations, facts.revisions, view.items)
     return CallRecord(
-        compaction_pass=view.compaction_pass, grounding_record_hits=in_record,
+        compaction_pass=view.compaction_pass, grounding_record_hits=in_record, pass_over_target=view.pass_over_target,
         stale_items=per_item, tombstones=inv.tombstones, tombstone_tokens=inv.tombstone_tokens,
         replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
         stale_tokens_kept=inv.stale_tokens_kept, **view.scratchpad,

@@ -8,8 +8,10 @@ have at least one candidate identifier. Plots use matplotlib's Agg backend.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from app.eval import metrics
@@ -22,7 +24,7 @@ ZONES = ("root", "trunk", "leaf")
 #: the keys of every total and trace entry in results.json (issue 4, item 3)
 KEYS = ("calls", "input_tokens", "cached_tokens", "uncached_tokens", "reuse_ratio", "cost_usd", "compression_ratio",
         "over_limit", "constraint_retention", "pair_errors", "stale_support", "grounding", "grounding_via_handle",
-        "grounding_via_record", "passes", "passes_per_call")
+        "grounding_via_record", "passes", "passes_per_call", "passes_above_t_lo", "after_pass_median_tokens")
 PROVIDER_KEYS = ("prompt_tokens", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens", "cost")
 
 
@@ -58,6 +60,12 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         if grounded else None,
         "passes": sum(1 for r in records if r.compaction_pass),
         "passes_per_call": (sum(1 for r in records if r.compaction_pass) / len(records)) if records else None,
+        # issue 10 item 3: passes of select that ended above T_lo, by reason, and where passes leave the request
+        "passes_above_t_lo": sum(1 for r in records if r.compaction_pass and r.pass_over_target),
+        "passes_above_t_lo_by_reason": dict(sorted(Counter(r.pass_over_target for r in records
+                                                           if r.compaction_pass and r.pass_over_target).items())),
+        "after_pass_median_tokens": round(median(after)) if (after := [r.input_tokens for r in records
+                                                                 if r.compaction_pass]) else None,
         # supporting detail
         "stale_support_rate": stale / superseded if superseded else None,
         "stale_support_items": sum(r.stale_items for r in records),
@@ -148,6 +156,7 @@ def sweep_rows(policies: dict[str, Any], info: dict[str, Any]) -> list[dict[str,
         rows.append({"policy": name, **marks, "t_hi_fraction": marks.get("t_hi", 0) / limit if limit else None,
                      **{k: t.get(k) for k in ("input_vs_append", "cost_vs_append", "grounding", "grounding_via_handle",
                                               "grounding_via_record", "passes_per_call", "max_passes_per_call_20",
+                                              "passes_above_t_lo", "after_pass_median_tokens",
                                               "over_limit", "constraint_retention", "input_tokens", "cost_usd")},
                      "optimum": False})
     eligible = [r for r in rows if (r["grounding"] or 0) >= GROUNDING_FLOOR and r["cost_usd"] is not None]
@@ -180,6 +189,12 @@ NOTES = [
     "leave in the request. select-tombstone and select-notice apply one rule to every superseded observation, so "
     "their input, cached and uncached tokens against each other give the tombstone-versus-notice token and cache "
     "effect."),
+    ("passes ending above T_lo (select, issue 10 item 3): passes whose request still exceeds T_lo, by reason in "
+    "results.json (passes_above_t_lo_by_reason): newest_group = every group but the newest is folded and root + "
+    "trunk + the newest group (bounded at the per-item cap) + the newest user message exceed T_lo; pinned = root + "
+    "contract + record alone exceed it; pending = a group awaiting results bounds the fold; protected = the "
+    "protected-field check rejected the fold point (always 0 under window, which evicts only past input_limit). "
+    "median tokens after a pass: the median request of the calls that ran a pass (or an eviction), rounded."),
     ("grounding: for each call, the identifiers (paths, file names, dotted names, snake_case and CamelCase words, "
     "line numbers >= 10 written as 'line N', 'file.py:N' or a sed range) of the real agent's next message and "
     "command that already appeared in the transcript before the call and that the root (system instructions + "
@@ -220,6 +235,8 @@ TOTAL_COLUMNS = (("calls", "calls", ""), ("input_tokens", "input tokens", ""), (
                  ("grounding_via_record", "grounding via record", "frac"), ("passes", "passes", ""),
                  ("passes_per_call", "passes per call", "frac"),
                  ("max_passes_per_call_20", "max passes per call (traces >= 20 calls)", "frac"),
+                 ("passes_above_t_lo", "passes ending above T_lo", ""),
+                 ("after_pass_median_tokens", "median tokens after a pass", ""),
                  ("input_vs_append", "input vs append", "ratio"), ("cost_vs_append", "cost vs append", "ratio"))
 
 #: traces with at least this many calls must keep passes_per_call <= 0.25 (issue 10 item 3)
@@ -260,11 +277,13 @@ def render_markdown(results: dict[str, Any], plots: Sequence[str]) -> str:
                  _fmt(r.get("keep_groups")), _fmt(r.get("record_tokens")), _fmt(r["input_vs_append"], "ratio"),
                  _fmt(r["cost_vs_append"], "ratio"), _fmt(r["grounding"], "frac"), _fmt(r["grounding_via_handle"], "frac"),
                  _fmt(r["grounding_via_record"], "frac"), _fmt(r["passes_per_call"], "frac"),
-                 _fmt(r["max_passes_per_call_20"], "frac"), _fmt(r["over_limit"]), _fmt(r["constraint_retention"], "frac")]
+                 _fmt(r["max_passes_per_call_20"], "frac"), _fmt(r.get("passes_above_t_lo")),
+                 _fmt(r.get("after_pass_median_tokens")), _fmt(r["over_limit"]), _fmt(r["constraint_retention"], "frac")]
                 for r in results["sweep"]]
         lines += _table(["policy", "T_hi", "T_lo", "K", "record budget", "input vs append", "cost vs append",
                          "grounding", "via handle", "via record", "passes per call", "max passes per call (>= 20 calls)",
-                         "over limit", "constraint retention"], rows)
+                         "passes ending above T_lo", "median tokens after a pass", "over limit",
+                         "constraint retention"], rows)
     lines += ["", "Supporting detail:", ""]
     rows = [[p, _fmt(e["total"]["superseded_pairs"]), _fmt(e["total"]["stale_support_rate"], "frac"),
              _fmt(e["total"]["grounding_calls"]), _fmt(e["total"]["max_input_tokens"]), _fmt(e["total"]["errors"])]

@@ -122,11 +122,11 @@ def test_session_page_explains_the_latest_prefix_break(replayed: tuple[TestClien
     if newest["cache"].get("first_divergence") is None:
         assert f"Prefix kept: it extends the previous request ({newest['cache']['previous_tokens']:,} tokens)" in latest
         assert f"The last prefix break was call #{served.index(last) + 1}" in latest
-    # the calls: one bar per call, with the profile's marks (qwen3: input_limit 28,160, T_hi 8,448, T_lo 3,379)
+    # the calls: one bar per call, with the profile's marks (qwen3: input_limit 28,160, T_hi 8,448, T_lo 5,632)
     calls = section(page, "calls")
     assert calls.count('<svg class="bar"') == len(served) == 61
     assert calls.count("<title>input_limit 28,160 tokens</title>") == 61
-    assert calls.count("<title>T_hi 8,448 tokens</title>") == calls.count("<title>T_lo 3,379 tokens</title>") == 61
+    assert calls.count("<title>T_hi 8,448 tokens</title>") == calls.count("<title>T_lo 5,632 tokens</title>") == 61
     passes = sum(m["compaction"]["pass"] for m in served)
     assert passes >= 1 and calls.count('class="tag pass"') == passes
     for m in served:

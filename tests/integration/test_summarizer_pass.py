@@ -41,7 +41,7 @@ window = 32768
 output_reserve = 4096
 headroom = 512
 t_hi = 2600
-t_lo = 1300
+t_lo = 2100             # >= record_tokens + 512 (checked at load); with K 1 a pass folds all but the newest group anyway
 keep_groups = 1
 record_tokens = 1500
 item_cap_tokens = 2000

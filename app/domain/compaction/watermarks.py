@@ -16,8 +16,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["Watermarks", "cycle_turns"]
+__all__ = ["LEAF_FLOOR", "OVER_TARGET_REASONS", "Watermarks", "cycle_turns"]
+
+#: tokens ``T_lo`` must leave beside the record budget (:meth:`Watermarks.check`): room for the
+#: root, the contract and the newest turn group, which a pass never folds. A profile whose
+#: ``T_lo`` leaves less could never bring a request down to it.
+LEAF_FLOOR: Final = 512
+
+#: why a pass ended above ``T_lo`` (the manifest's ``compaction.after_pass.over``; issue 10
+#: item 3), each an exception the issue allows or a named shortfall:
+#: ``newest_group``: every group but the newest is folded (K shrank to 1) and root + trunk +
+#: the newest group (bounded at the per-item cap, issue 5) + the newest user message still
+#: exceed ``T_lo``; ``pinned``: root + contract + record alone exceed it; ``pending``: a group
+#: whose calls await results bounds the fold; ``protected``: the protected-field check rejected
+#: the fold point and the larger raw slice was kept.
+OVER_TARGET_REASONS: Final = ("newest_group", "pinned", "pending", "protected")
 
 
 @dataclass(frozen=True)
@@ -53,9 +68,15 @@ class Watermarks:
             raise ValueError("record_tokens must be positive")
 
     def check(self, input_limit: int) -> Watermarks:
-        """This value if ``T_hi <= input_limit``; ValueError otherwise."""
+        """This value if ``T_hi <= input_limit`` (eq. 3) and ``T_lo`` is achievable:
+        ``T_lo >= record_tokens + LEAF_FLOOR`` (a pass leaves the record at its budget plus the
+        root, the contract and the newest group; issue 10 item 3). ValueError otherwise."""
         if self.t_hi > input_limit:
             raise ValueError(f"t_hi {self.t_hi} exceeds input_limit {input_limit} = W - O - M (eq. 3)")
+        if self.t_lo < self.record_tokens + LEAF_FLOOR:
+            raise ValueError(f"t_lo {self.t_lo} is not achievable: a pass leaves the record at its budget "
+                             f"(record_tokens {self.record_tokens}) plus the root, the contract and the newest turn "
+                             f"group; t_lo must be at least record_tokens + {LEAF_FLOOR}")
         return self
 
     @classmethod
