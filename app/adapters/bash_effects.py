@@ -1567,13 +1567,14 @@ class SessionEffects:
         return CallEffects(effects, tuple(written), tuple(contents))
 
 
-def command_of(arguments: str) -> str | None:
-    """The ``command`` of a bash tool call's JSON arguments (None if absent or not JSON)."""
+def command_of(arguments: str, argument: str = "command") -> str | None:
+    """The string ``argument`` (default ``command``) of a shell tool call's JSON arguments
+    (None if absent, not a string or not JSON)."""
     try:
         value = json.loads(arguments)
     except (TypeError, ValueError):
         return None
-    command = value.get("command") if isinstance(value, dict) else None
+    command = value.get(argument) if isinstance(value, dict) else None
     return command if isinstance(command, str) else None
 
 

@@ -88,7 +88,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from app.adapters.bash_effects import CallEffects, SessionEffects, command_of
-from app.domain.invalidation import ArtifactLedger, content_hash
+from app.adapters.shell_tools import call_bindings, hash_effects
+from app.domain.invalidation import ArtifactLedger
 
 __all__ = [
     "BASH_TOOL",
@@ -598,10 +599,15 @@ def tool_declarations() -> list[dict[str, Any]]:
     return [copy.deepcopy(dict(BASH_TOOL))]
 
 
-def session_create_body(traj: Trajectory, *, profile: str = DEFAULT_PROFILE) -> dict[str, Any]:
-    """Body of ``POST /v1/sessions`` for ``traj``."""
+def session_create_body(traj: Trajectory, *, profile: str = DEFAULT_PROFILE,
+                        infer_bindings: bool = False) -> dict[str, Any]:
+    """Body of ``POST /v1/sessions`` for ``traj``. Its ``bash`` tool is a declared shell tool,
+    so the server infers bindings from the posted commands (README "Inferred bindings");
+    with ``infer_bindings`` (the events of :func:`replay_plan` ``(infer_bindings=True)``
+    carry the adapter's own) ``metadata.shell_tools`` is ``[]``: the server infers nothing,
+    and no write is counted twice."""
     split = split_task(traj)
-    return {
+    body: dict[str, Any] = {
         "profile": profile,
         "contract": {
             "goal": split.goal,
@@ -618,6 +624,9 @@ def session_create_body(traj: Trajectory, *, profile: str = DEFAULT_PROFILE) -> 
             "exit_status": traj.exit_status,
         },
     }
+    if infer_bindings:
+        body["metadata"]["shell_tools"] = []
+    return body
 
 
 def _reasoning(m: Mapping[str, Any]) -> str | None:
@@ -723,9 +732,8 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
                 if coarse is not None:
                     named = {w.artifact for w in call.effects.writes if not w.tree}
                     coarse.update(w["event_id"] for w in writes if w["artifact"] not in named)
-                binding, reads = _bindings(call, revisions)
-                if not call.effects.parsed:  # the effect is unknown: the binding says so (issue 11 item 2)
-                    binding = {"artifact": "*", "kind": "unknown", "range": None}
+                # an unparsed call's effect is unknown: the binding says so (issue 11 item 2)
+                binding, reads = call_bindings(call, revisions)
                 for artifact in call.written:
                     revisions[artifact] = revisions.get(artifact, 0) + 1
                 if tc["id"] in answered:
@@ -737,7 +745,9 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
         elif m["role"] == "tool":
             writes, binding, reads, done = pending.pop(m["tool_call_id"], ([], None, [], None))
             if done is not None:
-                _hash_effects(done, writes, binding, m["extra"], ev["payload"])
+                extra = m["extra"]
+                hash_effects(done, writes, binding, exit_code=extra.get("returncode"),
+                             failed=bool(extra.get("exception_info")), payload=ev["payload"])
             for w in writes:
                 ledger.write(w["artifact"], w.get("content_hash"))
             if binding is not None and binding.get("kind") == "file":
@@ -755,60 +765,6 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
         else:
             out.append((i, ev))
     return out
-
-
-def _hash_effects(call: CallEffects, writes: Sequence[dict[str, Any]], binding: dict[str, Any] | None,
-                  extra: Mapping[str, Any], payload: str) -> None:
-    """Give content hashes (:func:`app.domain.invalidation.content_hash`) where the content
-    is known exactly, and only when the command ran to completion (exit status 0, no
-    exception: a failed or timed-out command may have written or printed part):
-
-    * each write whose whole text the command states (``cat > f <<'EOF'``, ``echo``,
-      ``printf``, ``cp`` of a known file): the hash of that text, unless it holds a carriage
-      return (the shell tool's text mode turns CRLF into LF, so a read could never match it);
-    * the binding of a command that prints one file whole and alone (``cat f``, after
-      ``cd`` only: :attr:`CommandEffects.shows`): the hash of the output, unless the output
-      holds U+FFFD (bytes that were not UTF-8, replaced: not what the file holds).
-
-    Writes of unknown text (``sed -i``, scripts, ``git checkout``), ranges and any other
-    read get no hash. The payload hashed is the raw output, before any redaction."""
-    if extra.get("returncode") != 0 or extra.get("exception_info"):
-        return
-    for w, text in zip(writes, call.contents, strict=False):
-        if w["artifact"] != "." and text is not None and "\r" not in text:
-            h = content_hash(text)
-            if h is not None:
-                w["content_hash"] = h
-    shows = call.effects.shows
-    if binding is not None and shows is not None and binding["artifact"] == shows and binding.get("range") is None \
-            and "\ufffd" not in payload:
-        h = content_hash(payload)
-        if h is not None:
-            binding["content_hash"] = h
-
-
-def _bindings(
-    call: CallEffects, revisions: Mapping[str, int]
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(binding of the first read, the other distinct reads) of one call.
-
-    ``revisions`` holds the artifacts' revisions before this call's writes; a
-    read followed by a write of the same artifact in this call carries the
-    revision it saw explicitly."""
-    entries: list[dict[str, Any]] = []
-    for r in call.effects.reads:
-        entry: dict[str, Any] = {"artifact": r.artifact, "range": r.range}
-        if r.writes_before < sum(1 for a in call.written if a == r.artifact):
-            entry["revision"] = revisions.get(r.artifact, 0) + r.writes_before
-        if entry not in entries:
-            entries.append(entry)
-    if not entries:
-        return None, []
-    first = entries[0]
-    binding = {"artifact": first["artifact"], "kind": "file", "range": first["range"]}
-    if "revision" in first:
-        binding["revision"] = first["revision"]
-    return binding, entries[1:]
 
 
 # --------------------------------------------------------------------------- plan + usage

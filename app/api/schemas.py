@@ -121,6 +121,16 @@ class ToolDecl(BaseModel):
 ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
 
 
+#: What the session create documents of ``metadata`` (the keys ctxd reads; the rest is kept as given).
+METADATA_DESCRIPTION = (
+    "free-form, kept as given; ctxd reads two keys. `invalidation`: auto (default), tombstone or notice "
+    "(README \"Invalidation\"). `shell_tools`: a list of {name, argument}: the tools whose string argument "
+    "`argument` is a bash command; the result of a call to one, posted without a binding, gets the bindings, "
+    "artifact writes and content hashes inferred from the command (README \"Inferred bindings\"). Default: "
+    "each declared tool named bash, shell, run_shell, execute_bash or terminal with a string parameter "
+    "`command` (else `cmd`); [] turns inference off")
+
+
 class _SessionOptions(Strict):
     """What a session create and a child create check alike: ``metadata.invalidation`` and
     unique tool names."""
@@ -128,7 +138,7 @@ class _SessionOptions(Strict):
     @field_validator("metadata", check_fields=False)
     @classmethod
     def _invalidation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _invalidation_mode(value)
+        return _shell_tools(_invalidation_mode(value))
 
     @model_validator(mode="after")
     def _unique_tools(self) -> _SessionOptions:
@@ -145,7 +155,22 @@ class SessionCreate(_SessionOptions):
     contract: ContractIn
     system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DESCRIPTION)
+
+
+def _shell_tools(value: dict[str, Any]) -> dict[str, Any]:
+    """``metadata.shell_tools`` (README "Inferred bindings"): a list of ``{"name", "argument"}``
+    naming the shell tools whose string argument is a bash command."""
+    tools = value.get("shell_tools")
+    if tools is None:
+        return value
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and set(t) == {"name", "argument"}
+            and all(isinstance(t[k], str) and 1 <= len(t[k]) <= 64 and "\x00" not in t[k] for k in t)
+            for t in tools):
+        raise ValueError('metadata.shell_tools must be a list of {"name": tool name, "argument": name of its '
+                         'string argument holding the bash command} (1 to 64 characters each)')
+    return value
 
 
 def _invalidation_mode(value: dict[str, Any]) -> dict[str, Any]:

@@ -220,7 +220,8 @@ class _ServiceRun:
         self.due_calls = due_calls
         limit = ctx.profiles.get(ctx.profile).budget.input_limit
         self.watermarks = setting.watermarks(limit) if setting is not None else None
-        create = miniswe.session_create_body(traj, profile=ctx.profile)
+        # the policy decides whether results carry bindings (the adapter's): the server infers none
+        create = miniswe.session_create_body(traj, profile=ctx.profile, infer_bindings=True)
         if invalidation != "auto":
             create["metadata"] = {**create.get("metadata", {}), "invalidation": invalidation}
         body = SessionCreate.model_validate(create)

@@ -28,6 +28,7 @@ from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.observability import metrics
 from app.services import redaction
+from app.services.shell_inference import Inference
 from app.store import repository as repo
 from app.store import search as search_store
 from app.store.db import after_commit
@@ -201,6 +202,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     results: list[dict[str, Any]] = []
     seq = row.last_seq
     plans: int | None = None  # plan versions stored so far (read once, at the batch's first plan)
+    inference = Inference(db, row)  # bindings inferred from declared shell tools' commands (issue 11)
+    client_wrote = False  # the batch posted artifact writes since its previous tool result
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
         digest = _fingerprint(_canonical_event(event))
@@ -236,6 +239,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             for call in body.get("tool_calls") or []:
                 calls.add(call["call_id"])
                 new_calls[call["call_id"]] = [seq + 1, None]
+            inference.message(body)
         elif kind == "tool_result":
             call_id = body["call_id"]
             if call_id not in calls:
@@ -243,6 +247,20 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             if call_id in answered:
                 raise InvalidEvent(f"event {index} ({event_id!r}): call_id {call_id!r} already has a result", call_id=call_id, **where)
             answered.add(call_id)
+            inferred = inference.result(body, body["payload"], described=client_wrote)
+            writes = inferred[1] if inferred is not None else []
+            result_seq = seq + len(writes) + 1
+            for j, write in enumerate(writes):
+                # the call's writes, right before its result (as app/adapters/miniswe.py places them)
+                seq += 1
+                write["revision"] = repo.bump_artifact(db, session_id, write["artifact"], write.get("content_hash"))
+                write["inferred_from"] = call_id
+                write_id = f"infer:{result_seq}:{j}"
+                repo.append_event(db, session_id=session_id, seq=seq, event_id=write_id, kind="artifact_write",
+                                  body=write, body_sha256=_fingerprint({"event_id": write_id, "kind": "artifact_write",
+                                                                       **write}))
+                texts.extend((seq, field, text) for field, text in searchable_texts("artifact_write", write))
+                appended["artifact_write"] = appended.get("artifact_write", 0) + 1
             if call_id in new_calls:
                 new_calls[call_id][1] = seq + 1
             else:
@@ -259,9 +277,11 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                 body["redactions"] = list(done.kinds)
             new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
             _bind_reads(db, session_id, body, where)
+            client_wrote = False
         elif kind == "artifact_write":
             revision = repo.bump_artifact(db, session_id, body["artifact"], body.get("content_hash"))
             body["revision"] = revision
+            client_wrote = True
         elif kind in ("plan", "document", "conclusion"):
             # issue 16: the text is kept whole behind a handle too (the record and the
             # manifest name it when the text leaves the request)
@@ -297,6 +317,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
         appended[kind] = appended.get(kind, 0) + 1
+    inference.finish(seq)
     repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
     repo.answer_tool_calls(db, session_id, answers)
     row.last_seq = seq

@@ -247,6 +247,15 @@ def tool_calls(db: OrmSession, session_id: str, call_ids: Iterable[str]) -> dict
     return out
 
 
+def message_tool_calls(db: OrmSession, session_id: str, *, upto_seq: int) -> list[dict[str, Any]]:
+    """The tool calls (``{call_id, name, arguments}``, as stored: redacted) of the session's
+    message events with seq <= ``upto_seq``, in seq order: what a rebuild of the session's
+    shell inference state replays (app/services/shell_inference.py)."""
+    rows = db.execute(select(EventRow.body).where(EventRow.session_id == session_id, EventRow.kind == "message",
+                                                  EventRow.seq <= upto_seq).order_by(EventRow.seq))
+    return [dict(c) for (body,) in rows for c in (body or {}).get("tool_calls") or []]
+
+
 def add_tool_calls(db: OrmSession, session_id: str, calls: Sequence[tuple[str, int, int | None]]) -> None:
     """Record new tool calls: (call id, seq of the declaring message, seq of its result or
     None). The caller has checked that no id is already in the session."""

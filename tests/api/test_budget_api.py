@@ -123,13 +123,18 @@ def test_ten_results_under_the_cap_keep_the_newest_group_whole(client: TestClien
     assert [unframe(m["content"]) for m in leaf[1:]] == [f"exit_code: 0\n{payload('qwen3', 2040, f'n{j}')}"
                                                         for j in range(10)]
     assert [c["id"] for c in leaf[0]["tool_calls"]] == [f"n{j}" for j in range(10)]
-    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21296 + 10 * 29
+    # + 124 since ingest infers the binding of each `cat` (issue 11 item 1): frames and the
+    # record name the read revision (`revision="n0.py@r0"`, not "unbound"; "exit 0 at o0c0.py@r0",
+    # the record's "Artifacts" line)
+    assert manifest["tokens"]["total"] == len(qwen3_ids(body)) == 21296 + 10 * 29 + 124
     assert {e["event_id"]: e["representation"] for e in manifest["elided"]} == \
         {f"old{t}": "folded" for t in range(4)} | {f"r-o{t}c0": "folded" for t in range(4)}
     trunk = body["messages"][1]["content"]
     for t in range(4):
         folded = next(e for e in manifest["elided"] if e["event_id"] == f"r-o{t}c0")
-        assert f"`cat o{t}c0.py` -> exit 0, 126 lines, 3,126 bytes; handle {folded['handle'][:12]}" in trunk
+        # the record names the revision each read saw (the binding inferred at ingest, issue 11 item 1)
+        assert (f"`cat o{t}c0.py` -> exit 0 at o{t}c0.py@r0, 126 lines, 3,126 bytes; "
+                f"handle {folded['handle'][:12]}") in trunk
     assert manifest["compaction"]["pass"] and manifest["compaction"]["record"]["fold_seq"] == 9
     kept = {i["event_id"]: i["representation"] for i in manifest["items"]}
     assert kept == {"newest": "verbatim"} | {f"r-n{j}": "verbatim" for j in range(10)}

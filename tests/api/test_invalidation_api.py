@@ -220,7 +220,8 @@ def test_frame_cannot_be_closed_or_forged_by_the_payload(client: TestClient) -> 
         assert content.count("<<<end-ctxd-data>>>") == 1 and content.endswith("<<<end-ctxd-data>>>")
         assert content.count("<<<ctxd-data") == 1 and content.startswith("<<<ctxd-data source=\"tool:bash\"")
         openings = re.findall(r"<<<ctxd-data [^\n]*", content)
-        assert openings == ['<<<ctxd-data source="tool:bash" revision="unbound" trust="untrusted">>>']
+        # the read is bound by the inference from the bash command (issue 11 item 1)
+        assert openings == ['<<<ctxd-data source="tool:bash" revision="notes.txt@r0" trust="untrusted">>>']
         assert "<<<\u200bend-ctxd-data>>>" in content and "trust=\\\"trusted\\\"" in text
     # the handle keeps the payload as posted
     t1 = item(request(client, sid)["manifest"], "t1")

@@ -20,7 +20,8 @@ def test_unsent_message_is_dropped_in_every_format(client: TestClient, qwen3_ids
     (239 tokens); the others were in the openai body (5 messages: 245, 244 and 248 tokens)
     but not in the anthropic one, whose manifest counted them all the same. After: dropped
     with the reason in every format; 4 openai messages, 239 tokens, as rendered (268 since
-    the tool output is framed as untrusted data: 29 tokens, issue 11 item 7)."""
+    the tool output is framed as untrusted data: 29 tokens, issue 11 item 7; 4 more since
+    ingest binds the `cat c1.py` result: `revision="c1.py@r0"`, issue 11 item 1)."""
     sid = new_session(client)
     assert post(client, sid, assistant("a1", "c1"), result("r1", "c1", "a.py\n"),
                 {"event_id": "m", "kind": "message", "role": role, "content": content}).status_code == 200
@@ -28,10 +29,10 @@ def test_unsent_message_is_dropped_in_every_format(client: TestClient, qwen3_ids
         got = client.get(f"/v1/sessions/{sid}/request?format={fmt}").json()
         item = next(i for i in got["manifest"]["items"] if i["event_id"] == "m")
         assert (item["representation"], item["zone"]) == ("dropped", None) and item["why"].startswith(reason)
-        assert got["manifest"]["tokens"]["total"] == 239 + 29
+        assert got["manifest"]["tokens"]["total"] == 239 + 29 + 4
     body = client.get(f"/v1/sessions/{sid}/request?format=openai").json()["request"]
     assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool"]
-    assert len(qwen3_ids(body)) == 239 + 29
+    assert len(qwen3_ids(body)) == 239 + 29 + 4
     anthropic = client.get(f"/v1/sessions/{sid}/request?format=anthropic").json()["request"]
     assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
 

@@ -47,7 +47,9 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
     previous request's generation prompt, the only leaf divergence then allowed.
     ``after_get(session_id, call_index, response)`` checks each served response further."""
     traj = miniswe.load_trajectory(path)
-    create = miniswe.session_create_body(traj, profile=profile)
+    # the trace's bash tool is a declared shell tool: as recorded, the server infers the
+    # bindings (issue 11 item 1); with the adapter's own (``infer_bindings``) it infers none
+    create = miniswe.session_create_body(traj, profile=profile, infer_bindings=infer_bindings)
     if invalidation != "auto":
         create["metadata"] = {**create.get("metadata", {}), "invalidation": invalidation}
     r = client.post("/v1/sessions", json=create)
@@ -114,7 +116,7 @@ def replay_and_check(client: TestClient, path: Path, *, profile: str = "qwen3",
         if stats.requests and not cache["extends_previous"]:
             # append-stable leaf: only a budget action may break the prefix on these traces
             divergence = cache["first_divergence"]
-            if infer_bindings and divergence["reason"].startswith("invalidation:"):
+            if divergence["reason"].startswith("invalidation:"):  # bindings from the adapter or the server
                 # a tombstone replaces a superseded read in place, or a notice follows it (seed 000 table 9)
                 stats.invalidation_divergences += 1
             elif before_get is not None and divergence["zone"] == "leaf" and "generation prompt" in \

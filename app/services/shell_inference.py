@@ -1,0 +1,155 @@
+"""Bindings inferred at ingest from the commands of a session's declared shell tools
+(issue 11 items 1, 2; rules in app/adapters/bash_effects.py, declared tools in
+app/adapters/shell_tools.py).
+
+A tool result answering a call to a declared shell tool, posted without a ``binding`` and
+without ``conditions["reads"]``, gets what the offline importer (app/adapters/miniswe.py)
+infers from the call's command: one ``artifact_write`` event per written artifact (event
+id ``infer:<seq of the result>:<j>``, placed right before the result, with the content hash
+of an exactly known text), the binding of its first read and the other reads, the hash of a
+whole-file ``cat`` read, and the ``unknown`` binding of a command that does not parse. They
+are resolved to the server's revisions like a client's (``_bind_reads``). Client-supplied
+bindings win: a result that carries a binding or ``conditions["reads"]``, or that follows
+``artifact_write`` events in its batch (none since the batch's previous tool result: the
+client's writes for that call, as app/adapters/miniswe.py places them), is kept as given,
+and nothing is inferred for its call.
+
+The session's :class:`~app.adapters.bash_effects.SessionEffects` (texts written so far,
+artifacts seen) is kept per process for the session's last seq and rebuilt from the stored
+tool calls when another process (or a rolled-back batch) moved the log: the common case
+costs one parse per shell call, never a replay of the session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session as OrmSession
+
+from app.adapters.bash_effects import CallEffects, SessionEffects, command_of
+from app.adapters.shell_tools import call_bindings, declared_shell_tools, hash_effects
+from app.store import repository as repo
+from app.store.db import after_commit
+from app.store.tables import SessionRow
+
+#: Sessions whose inference state a process keeps (least recently used dropped first).
+CACHED_SESSIONS = 512
+
+
+@dataclass
+class ShellState:
+    """A session's shell inference state after its events up to ``seq``: the session's
+    effects and the effects of its shell calls not yet answered (call id -> effects)."""
+
+    seq: int
+    effects: SessionEffects = field(default_factory=SessionEffects)
+    pending: dict[str, CallEffects] = field(default_factory=dict)
+
+    def clone(self) -> ShellState:
+        """An independent copy (texts and effects are immutable: the dicts are copied)."""
+        effects = SessionEffects(cwd=self.effects.cwd, root=self.effects.root)
+        effects.known_sources = dict(self.effects.known_sources)
+        effects.seen = dict(self.effects.seen)
+        return ShellState(seq=self.seq, effects=effects, pending=dict(self.pending))
+
+    def call(self, call: Mapping[str, Any], shell: Mapping[str, str]) -> None:
+        """Run one tool call (``{call_id, name, arguments}``) if it calls a shell tool."""
+        argument = shell.get(call.get("name", ""))
+        if argument is not None:
+            self.pending[call["call_id"]] = self.effects.run(command_of(call.get("arguments") or "", argument))
+
+
+_CACHE: OrderedDict[str, ShellState] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+class Inference:
+    """The shell inference of one ingest batch of one session (None-cost when the session
+    declares no shell tool). Not thread-safe: one per batch."""
+
+    def __init__(self, db: OrmSession, row: SessionRow) -> None:
+        self.db = db
+        self.session_id = row.id
+        self.start_seq = row.last_seq
+        self.shell = declared_shell_tools(row.tools or [], row.meta or {})
+        self._state: ShellState | None = None
+
+    def state(self) -> ShellState:
+        if self._state is None:
+            with _LOCK:
+                cached = _CACHE.get(self.session_id)
+            if cached is not None and cached.seq == self.start_seq:
+                self._state = cached.clone()  # a rolled-back batch leaves the cached one intact
+            else:
+                self._state = ShellState(seq=self.start_seq)
+                for call in repo.message_tool_calls(self.db, self.session_id, upto_seq=self.start_seq):
+                    self._state.call(call, self.shell)
+            after_commit(self.db, self._publish)
+        return self._state
+
+    def _publish(self) -> None:
+        state = self._state
+        if state is None:
+            return
+        with _LOCK:
+            _CACHE[self.session_id] = state
+            _CACHE.move_to_end(self.session_id)
+            while len(_CACHE) > CACHED_SESSIONS:
+                _CACHE.popitem(last=False)
+
+    def message(self, body: Mapping[str, Any]) -> None:
+        """Run the shell calls of a new message event (its stored body)."""
+        calls = [c for c in body.get("tool_calls") or [] if c.get("name") in self.shell]
+        if calls:
+            state = self.state()
+            for call in calls:
+                state.call(call, self.shell)
+
+    def result(self, body: dict[str, Any], payload: str, *,
+               described: bool = False) -> tuple[CallEffects, list[dict[str, Any]]] | None:
+        """For a new tool result (its body, before its binding is resolved; ``payload`` its
+        raw text): None when nothing is inferred: no shell call, or the client described it
+        (a binding, ``conditions["reads"]``, or ``described``: the batch posted artifact
+        writes right before it, since its previous tool result).
+        Else (the call's effects, the bodies of the ``artifact_write`` events to append
+        before the result: ``{"artifact", "content_hash"?}``); the body gets the inferred
+        binding and ``conditions["reads"]``."""
+        if not self.shell:
+            return None
+        conditions = body.get("conditions") or {}
+        state = self.state()
+        call = state.pending.pop(body["call_id"], None)
+        if call is None or described or body.get("binding") is not None or "reads" in conditions:
+            return None  # not a shell call, or bound by the client: kept as given
+        revisions = {r.artifact: repo.artifact_state(self.db, self.session_id, r.artifact)[0]
+                     for r in call.effects.reads if r.artifact in call.written}
+        binding, reads = call_bindings(call, revisions)
+        writes: list[dict[str, Any]] = [{"artifact": a} for a in call.written]
+        hash_effects(call, writes, binding, exit_code=body.get("exit_code"),
+                     failed=bool(conditions.get("exception_info")), payload=payload)
+        if binding is not None:
+            body["binding"] = binding
+        if reads:
+            body["conditions"] = {**conditions, "reads": reads}
+        return call, writes
+
+    def finish(self, seq: int) -> None:
+        """The batch ended at ``seq``: the state published on commit is valid for it (a
+        batch that never needed the state moves the cached one on, unchanged)."""
+        if self._state is not None:
+            self._state.seq = seq
+        elif self.shell and seq != self.start_seq:
+            with _LOCK:
+                cached = _CACHE.get(self.session_id)
+            if cached is not None and cached.seq == self.start_seq:
+                moved = ShellState(seq=seq, effects=cached.effects, pending=cached.pending)
+                after_commit(self.db, lambda: self._move(cached, moved))
+
+    def _move(self, old: ShellState, new: ShellState) -> None:
+        with _LOCK:
+            if _CACHE.get(self.session_id) is old:
+                _CACHE[self.session_id] = new
