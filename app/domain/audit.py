@@ -455,8 +455,8 @@ SYSTEM_PROMPT: Final = (
 
 def _chunk_prompt(record: Mapping[str, Any], items: Sequence[Mapping[str, Any]], *, part: int, parts: int,
                   omitted: int, findings: Sequence[Finding], budget_tokens: int | None = None) -> str:
-    lines = [f"Part {part} of {parts} of the events this pass folds. Update the record with these events and "
-             "return the whole record."]
+    lines = [(f"Part {part} of {parts} of the events this pass folds. Update the record with these events and "
+              "return the whole record.")]
     if budget_tokens is not None:
         lines.append(f"Budget: the record's text (without the constraints) must fit {budget_tokens} tokens.")
     if omitted:

@@ -324,6 +324,11 @@ class SummaryJobs:
         self._jobs: dict[str, _Job] = {}
         self._changed = threading.Condition()
 
+    def __len__(self) -> int:
+        """Jobs in flight."""
+        with self._changed:
+            return len(self._jobs)
+
     def start(self, session_id: str) -> bool:
         """Register a job for the session; False when one is in flight (the caller skips)."""
         with self._changed:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import uvicorn
 
 from app.main import create_app
@@ -69,7 +68,7 @@ def serve(tmp_path: Path, summarizer_url: str, wait: float) -> Iterator[tuple[ht
                 time.sleep(0.2)
             yield client, app
             # let the last summarizer job end before the server stops
-            while app.state.summary_jobs._jobs and time.monotonic() < deadline:
+            while len(app.state.summary_jobs) and time.monotonic() < deadline:
                 time.sleep(0.05)
     finally:
         server_.should_exit = True
@@ -138,7 +137,7 @@ def test_without_a_wait_the_pass_uses_the_deterministic_record(tmp_path: Path,
         trunk = got["request"]["messages"][1]["content"]
         assert "# Progress record\n" in trunk and MODEL_STEP not in trunk
         assert took < SLOW, "no wait"
-        while app.state.summary_jobs._jobs:  # the job ends afterwards with an admitted candidate, unused
+        while len(app.state.summary_jobs):  # the job ends afterwards with an admitted candidate, unused
             time.sleep(0.05)
         assert app.state.summaries.get(sid).source == "model"
         print(f"pass GET without the wait: {took:.3f} s")
@@ -173,7 +172,7 @@ def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, 
         jobs = app.state.summary_jobs
         sid = new_session(client)
         assert client.post(f"/v1/sessions/{sid}/events", json={"events": turn(1)}).status_code == 200
-        while jobs._jobs:  # this POST's own hook (no pass due: it plans none)
+        while len(jobs):  # this POST's own hook (no pass due: it plans none)
             time.sleep(0.05)
         assert jobs.start(sid)
         try:
@@ -188,7 +187,7 @@ def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, 
         other = new_session(client)
         for i in range(40):
             assert client.post(f"/v1/sessions/{other}/events", json={"events": turn(i)}).status_code == 200
-            while jobs._jobs:
+            while len(jobs):
                 time.sleep(0.05)
             if app.state.summaries.get(other) is not None:
                 break
