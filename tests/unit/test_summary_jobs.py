@@ -1,6 +1,13 @@
 """The registry of summarizer jobs in flight (app/services/summarizer.py ``SummaryJobs``,
 issue 10 item 6): a pass's GET waits for the job of exactly its fold, at most its bound; a
-job that ends, fails or plans another fold always releases it."""
+job that ends, fails or plans another fold always releases it.
+
+Fault kinds from peers' threads: microsoft/vscode#320273 (a render waited on an in-flight
+background summary that had nothing to anchor, and stalled): a job that plans no pass or
+another fold releases its waiter at once; The-AI-Republic/workx#206 (a bounded wait on a
+background summary must say whether it finished in time): ``Waited.ran_out``;
+NorthlandPositronics/Cogtrix#1129 (a hung summarizer call blocks its waiters): the wait is
+bounded whatever the job does."""
 
 from __future__ import annotations
 
