@@ -163,44 +163,28 @@ def test_a_summarizer_slower_than_the_wait_ends_in_the_deterministic_record(
 
 
 def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, list[Script]]) -> None:  # noqa: F811
-    """While a job is in flight for the session (registered, fold not planned yet: the
-    GET cannot tell it is not its own), a GET that runs no pass answers at once; so does
-    a pass of another fold than the job's."""
+    """With a job in flight for the session the whole time (registered, fold not planned
+    yet: no GET can tell it is not its own; the POSTs' own hooks are skipped), every GET
+    that runs no pass answers at once and only the pass GET waits (here until its bound);
+    with a job of another fold in flight, the pass GET does not wait either."""
     url, holder = server
     holder[0] = Script(slow(SLOW))
-    with serve(tmp_path, url, wait=5) as (client, app):
+    with serve(tmp_path, url, wait=2) as (client, app):
         jobs = app.state.summary_jobs
-        sid = new_session(client)
-        assert client.post(f"/v1/sessions/{sid}/events", json={"events": turn(1)}).status_code == 200
-        while len(jobs):  # this POST's own hook (no pass due: it plans none)
-            time.sleep(0.05)
-        assert jobs.start(sid)
-        try:
-            began = time.perf_counter()
-            got = client.get(f"/v1/sessions/{sid}/request")
-            took = time.perf_counter() - began
-            assert got.status_code == 200 and not got.json()["manifest"]["compaction"]["pass"]
-            assert took < 1.0 and "wait" not in got.json()["manifest"]["compaction"]["record"]["source"]
-        finally:
-            jobs.finish(sid)
-        # a pass GET whose fold is not the in-flight job's does not wait either
-        other = new_session(client)
-        for i in range(40):
-            assert client.post(f"/v1/sessions/{other}/events", json={"events": turn(i)}).status_code == 200
-            while len(jobs):
-                time.sleep(0.05)
-            if app.state.summaries.get(other) is not None:
-                break
-        else:
-            raise AssertionError("no pass planned in 40 turns")
-        assert jobs.start(other)
-        jobs.planned(other, (1, (999_999,)))
-        try:
-            began = time.perf_counter()
-            got = client.get(f"/v1/sessions/{other}/request")
-            took = time.perf_counter() - began
-            assert got.json()["manifest"]["compaction"]["pass"] and took < 1.0
-            assert got.json()["manifest"]["compaction"]["record"]["source"]["source"] == "model"
-            assert "wait" not in got.json()["manifest"]["compaction"]["record"]["source"]
-        finally:
-            jobs.finish(other)
+        for fold in (None, (1, (999_999,))):
+            sid = new_session(client)
+            assert jobs.start(sid)
+            if fold is not None:
+                jobs.planned(sid, fold)
+            try:
+                got, took, before = agent_until_pass(client, sid)
+            finally:
+                jobs.finish(sid)
+            assert len(before) >= 2 and max(before) < 1.0, before
+            source = got["manifest"]["compaction"]["record"]["source"]
+            assert source["source"] == "deterministic"
+            if fold is None:  # a job that may be its own: the pass GET waits, until the bound
+                assert source["wait"]["ran_out"] is True and 2.0 <= source["wait"]["seconds"] < 3.0 and took >= 2.0
+            else:  # a job of another fold: no wait
+                assert "wait" not in source and took < 1.0, (source, took)
+        assert holder[0].requests == [], "every POST's hook was skipped: a job was in flight"
