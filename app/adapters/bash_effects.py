@@ -195,13 +195,16 @@ class CommandEffects:
     """Reads and writes of one command, each in execution order.
 
     ``parsed`` is False when the command could not be interpreted; then
-    ``reads`` and ``writes`` are empty and ``reason`` says why.
+    ``reads`` and ``writes`` are empty and ``reason`` says why. ``shows``: the artifact
+    whose whole content is the command's entire standard output (:func:`whole_file_read`),
+    else None.
     """
 
     parsed: bool
     reads: tuple[Read, ...] = ()
     writes: tuple[Write, ...] = ()
     reason: str | None = None
+    shows: str | None = None
 
 
 class _Unsupported(Exception):
@@ -647,6 +650,48 @@ def python_writes(source: str) -> list[str]:
     return list(dict.fromkeys(p for _, _, p in found))
 
 
+_PRINTF_ESCAPES: Final = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}
+
+
+def _printf_text(args: Sequence[str]) -> str | None:
+    """What ``printf FORMAT [ARG...]`` prints, when that is exact: a format with only
+    plain text, the escapes ``\\n \\t \\\\ \\" \\'``, ``%%`` and ``%s`` (the format is reused
+    until the arguments are used up, as bash does); anything else (other conversions,
+    other escapes, ``-v``) is None."""
+    if not args or args[0].startswith("-"):
+        return None
+    fmt, values = args[0], list(args[1:])
+    pieces: list[str | None] = []  # None marks a %s
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        if c == "\\":
+            escaped = _PRINTF_ESCAPES.get(fmt[i + 1 : i + 2])
+            if escaped is None:
+                return None
+            pieces.append(escaped)
+            i += 2
+        elif c == "%":
+            spec = fmt[i + 1 : i + 2]
+            if spec == "%":
+                pieces.append("%")
+            elif spec == "s":
+                pieces.append(None)
+            else:
+                return None
+            i += 2
+        else:
+            pieces.append(c)
+            i += 1
+    slots = sum(1 for p in pieces if p is None)
+    out: list[str] = []
+    while True:
+        for p in pieces:
+            out.append(p if p is not None else (values.pop(0) if values else ""))
+        if not values or not slots:
+            return "".join(out)
+
+
 # --------------------------------------------------------------------------- walker
 
 
@@ -678,8 +723,8 @@ def _stdin_of(r: Redirect, art: Any, cwd: str | None) -> tuple[str, str | None] 
     artifact)`` or ``("unknown", None)``); None when ``r`` does not redirect stdin."""
     if r.fd not in (None, 0):
         return None
-    if r.op in ("<<", "<<-"):
-        return ("text", r.body)
+    if r.op in ("<<", "<<-"):  # "expanded": bash expands $ and ` in it, so the text is not exact
+        return ("text" if r.literal else "expanded", r.body)
     if r.op == "<<<" and isinstance(r.target, Word):
         return ("text", r.target.text + "\n") if r.target.literal else ("unknown", None)
     if r.op == "<" and isinstance(r.target, Word):
@@ -855,6 +900,8 @@ class _Walker:
                     newline = ""
                 rest = rest[1:]
             return " ".join(rest) + newline
+        if name == "printf":
+            return _printf_text([a.text for a in args[1:]])
         return None
 
     def run(self, args: list[_Arg], cwd: str | None, ctx: _Ctx) -> str | None:
@@ -1035,7 +1082,7 @@ class _Walker:
         if source is None:
             return None
         kind, value = source
-        if kind == "text":
+        if kind in ("text", "expanded"):
             return value
         if kind == "file":
             return self.source_of(value)
@@ -1316,7 +1363,7 @@ class _Walker:
                     self.cmd_formatter(module, list(rest), cwd, ctx)
                 return
             if t == "-":
-                source = ctx.stdin[1] if ctx.stdin[0] == "text" else None
+                source = ctx.stdin[1] if ctx.stdin[0] in ("text", "expanded") else None
                 break
             if t in ("-W", "-X", "--check-hash-based-pycs"):
                 i += 2
@@ -1329,7 +1376,7 @@ class _Walker:
             source = self.source_of(self.art(t, cwd))
             break
         else:  # no script: python reads its program from stdin
-            source = ctx.stdin[1] if ctx.stdin[0] == "text" else None
+            source = ctx.stdin[1] if ctx.stdin[0] in ("text", "expanded") else None
         if source is None:
             return
         for path in python_writes(source):
@@ -1345,7 +1392,7 @@ class _Walker:
         elif operands:
             script = self.source_of(self.art(operands[0].text, cwd)) if operands[0].literal else None
         else:
-            script = ctx.stdin[1] if ctx.stdin[0] == "text" else None
+            script = ctx.stdin[1] if ctx.stdin[0] in ("text", "expanded") else None
         if not script:
             return
         try:
@@ -1430,21 +1477,48 @@ def command_effects(
         return CommandEffects(parsed=False, reason=str(exc))
     except RecursionError:
         return CommandEffects(parsed=False, reason="nested too deeply")
-    return CommandEffects(
-        parsed=True,
-        reads=tuple(e for e in walker.events if isinstance(e, Read)),
-        writes=tuple(e for e in walker.events if isinstance(e, Write)),
-    )
+    reads = tuple(e for e in walker.events if isinstance(e, Read))
+    writes = tuple(e for e in walker.events if isinstance(e, Write))
+    shows = _whole_file(tree, posixpath.normpath(cwd), root)
+    return CommandEffects(parsed=True, reads=reads, writes=writes,
+                          shows=shows if not writes and [(r.artifact, r.range) for r in reads] == [(shows, None)]
+                          else None)
+
+
+def _whole_file(tree: Script, cwd: str | None, root: str) -> str | None:
+    """The artifact a command prints whole and alone: a list of simple commands, each
+    ``cd DIR`` with a literal DIR but the last, ``cat FILE`` with one literal operand, no
+    option, no redirection, no substitution (``cd /testbed && cat src/a.py``). Anything
+    else (a pipe, ``cat -n``, two files, ``echo`` around it, ``2>&1``...) is None: its
+    output is not exactly the file's text."""
+    items = tree.items
+    if not items or not all(isinstance(c, Command) and c.words and not c.redirects and not c.substitutions
+                            and all(w.literal for w in c.words) for c in items):
+        return None
+    commands = [c for c in items if isinstance(c, Command)]
+    for c in commands[:-1]:
+        texts = [w.text for w in c.words]
+        if texts[0] != "cd" or len(texts) != 2 or texts[1].startswith("-") or texts[1] == "~":
+            return None
+        cwd = _absolute(texts[1], cwd)
+    texts = [w.text for w in commands[-1].words]
+    if texts[0] != "cat" or len(texts) != 2 or texts[1].startswith("-"):
+        return None
+    artifact = _artifact(texts[1], cwd, root)
+    return artifact if artifact is not None and not _ignored_target(artifact) else None
 
 
 @dataclass(frozen=True)
 class CallEffects:
     """:class:`CommandEffects` of one call in a session, plus the written
-    artifacts after tree expansion (in order, one per write event to emit) and,
-    per artifact, how many writes of this call came before each read."""
+    artifacts after tree expansion (in order, one per write event to emit) and
+    ``contents``: per entry of ``written``, the artifact's exact text after that write
+    (heredoc, ``echo``, ``printf``, ``cp`` of a known file), None when unknown (empty for an
+    unparsed call)."""
 
     effects: CommandEffects
     written: tuple[str, ...]
+    contents: tuple[str | None, ...] = ()
 
 
 class SessionEffects:
@@ -1471,23 +1545,26 @@ class SessionEffects:
         for r in effects.reads:
             self.seen.setdefault(r.artifact)
         written: list[str] = []
+        contents: list[str | None] = []
         for w in effects.writes:
             if w.tree:
                 for name in list(self.seen):
                     if _covers(w.artifact, name):
                         written.append(name)
+                        contents.append(None)
                         self.known_sources.pop(name, None)
                 for name in list(self.known_sources):
                     if _covers(w.artifact, name):
                         self.known_sources.pop(name, None)
                 continue
             written.append(w.artifact)
+            contents.append(w.content)
             self.seen.setdefault(w.artifact)
             if w.content is not None:
                 self.known_sources[w.artifact] = w.content
             else:
                 self.known_sources.pop(w.artifact, None)
-        return CallEffects(effects, tuple(written))
+        return CallEffects(effects, tuple(written), tuple(contents))
 
 
 def command_of(arguments: str) -> str | None:

@@ -108,12 +108,15 @@ class Redirect:
     ``>&``, ``<&``, ``<<``, ``<<-`` or ``<<<``; ``fd`` the explicit descriptor
     (``2>``) or None; ``target`` the file :class:`Word` (or the here-string), a
     descriptor number for ``>&N`` / ``<&N``, or None (``>&-``, here-documents);
-    ``body`` the here-document text."""
+    ``body`` the here-document text; ``literal``: the command reads exactly ``body``
+    (False for a here-document under an unquoted delimiter whose text holds ``$`` or a
+    backtick: bash expands them, and ``body`` keeps them as written)."""
 
     op: str
     fd: int | None = None
     target: Word | int | None = None
     body: str | None = None
+    literal: bool = True
 
 
 @dataclass
@@ -561,35 +564,42 @@ class _Converter:
                 after.extend(right.items if isinstance(right, Sequence) else [right])
             elif c.is_named and t in _STATEMENTS:
                 after.append(self.statement(c))
-        owner.redirects.insert(position, Redirect(op, fd, None, self.heredoc_body(anchor, end_node, op, quoted)))
+        body, literal = self.heredoc_body(anchor, end_node, op, quoted)
+        owner.redirects.insert(position, Redirect(op, fd, None, body, literal))
         if stages:
             node = _extend_pipeline(node, stages)
         if after:
             node = Sequence([*(node.items if isinstance(node, Sequence) else [node]), *after])
         return node
 
-    def heredoc_body(self, anchor: int, end: tree_sitter.Node | None, op: str, quoted: bool) -> str:
+    def heredoc_body(self, anchor: int, end: tree_sitter.Node | None, op: str, quoted: bool) -> tuple[str, bool]:
         """The here-document's text: the lines after the one holding byte ``anchor``
         (or after the previous here-document on that line) up to the delimiter
         line. Verbatim under a quoted delimiter (``<<'EOF'``); else ``\\<newline>``
         joins lines and ``\\`` escapes ``$ ` \\`` (bash), while expansions stay as
         written. (The grammar's ``heredoc_body`` node leaves out leading blank
-        lines, so it is not used.)"""
+        lines, so it is not used.) With it, whether the text is literal: quoted, or no
+        unescaped ``$`` or backtick (bash would expand them)."""
         if end is None:
-            return ""
+            return "", True
         newline = self.src.find(b"\n", anchor)
         start = max(newline + 1, self.after_heredoc) if newline >= 0 else len(self.src)
         stop = _line_start(self.src, end.start_byte)
         eol = self.src.find(b"\n", end.end_byte)
         self.after_heredoc = len(self.src) if eol < 0 else eol + 1
         if stop <= start:
-            return ""
+            return "", True
         text = self.src[start:stop].decode("utf-8", "surrogateescape")
         if op == "<<-":
             text = "".join(line.lstrip("\t") for line in text.splitlines(keepends=True))
-        if not quoted:
-            text = re.sub(r"\\(\n|[$`\\])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
-        return text
+        if quoted:
+            return text, True
+        literal = _UNESCAPED_EXPANSION.search(text) is None
+        return re.sub(r"\\(\n|[$`\\])", lambda m: "" if m.group(1) == "\n" else m.group(1), text), literal
+
+
+#: ``$`` or a backtick preceded by an even number of backslashes: an expansion in an unquoted here-document
+_UNESCAPED_EXPANSION: Final = re.compile(r"(?<!\\)(?:\\\\)*[$`]")
 
 
 def _last_command(node: Node) -> Command | Group:

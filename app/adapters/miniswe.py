@@ -61,6 +61,17 @@ one call is known when ``python x.py`` runs in a later one.
 * Unparsed commands write nothing and get ``"binding": {"artifact": "*", "kind":
   "unknown"}``: their effect is unknown, and the binding says so (it supports nothing
   and no write marks it).
+* Content hashes (issue 11, SHA-256 hex of the UTF-8 text:
+  :func:`app.domain.invalidation.content_hash`), only where the content is known exactly
+  and the command exited 0 without an exception: a write whose whole text the command
+  states (``cat > f <<'EOF'``, ``echo``/``printf > f``, ``cp`` of such a file) carries
+  ``"content_hash"``; the binding of a command that prints one file whole and alone
+  (``cat f``, ``cd d && cat f``) carries the hash of its output. Ranges, filtered or
+  numbered reads, and writes of unknown text (``sed -i``, scripts, ``git checkout``)
+  carry none. The server compares a whole read's hash with the one known for the current
+  revision: a difference is a change no write logged (an external change, a new
+  revision); after a write of unknown text the read's hash simply becomes the known one.
+  The adapter numbers revisions as the server will (:class:`ArtifactLedger`).
 
 The default (``infer_bindings=False``) keeps the events exactly as recorded.
 """
@@ -77,6 +88,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from app.adapters.bash_effects import CallEffects, SessionEffects, command_of
+from app.domain.invalidation import ArtifactLedger, content_hash
 
 __all__ = [
     "BASH_TOOL",
@@ -689,8 +701,9 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
 
     session = SessionEffects()
     answered = {m["tool_call_id"] for m in traj.messages if m["role"] == "tool"}
-    revisions: dict[str, int] = {}  # artifact -> writes emitted so far (the server's revision)
-    pending: dict[str, tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]] = {}
+    revisions: dict[str, int] = {}  # artifact -> the server's revision (writes, then external changes)
+    ledger = ArtifactLedger()  # the server's revisions and known hashes, in posting order
+    pending: dict[str, tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]], CallEffects]] = {}
     for i, m in enumerate(traj.messages):
         ev = _message_event(i, m)
         if ev is None:
@@ -716,11 +729,23 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
                 for artifact in call.written:
                     revisions[artifact] = revisions.get(artifact, 0) + 1
                 if tc["id"] in answered:
-                    pending[tc["id"]] = (writes, binding, reads)
+                    pending[tc["id"]] = (writes, binding, reads, call)
                 else:
+                    for w in writes:
+                        ledger.write(w["artifact"])
                     out.extend((i, w) for w in writes)
         elif m["role"] == "tool":
-            writes, binding, reads = pending.pop(m["tool_call_id"], ([], None, []))
+            writes, binding, reads, done = pending.pop(m["tool_call_id"], ([], None, [], None))
+            if done is not None:
+                _hash_effects(done, writes, binding, m["extra"], ev["payload"])
+            for w in writes:
+                ledger.write(w["artifact"], w.get("content_hash"))
+            if binding is not None and binding.get("kind") == "file":
+                before = ledger.revisions.get(binding["artifact"], 0)
+                after = ledger.revision_of(binding["artifact"], revision=binding.get("revision"),
+                                           range=binding["range"], content_hash=binding.get("content_hash"))
+                if after > before:  # an external change: the server bumps it, later explicit revisions count it
+                    revisions[binding["artifact"]] = revisions.get(binding["artifact"], 0) + 1
             out.extend((i, w) for w in writes)
             if binding is not None:
                 ev["binding"] = binding
@@ -730,6 +755,36 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
         else:
             out.append((i, ev))
     return out
+
+
+def _hash_effects(call: CallEffects, writes: Sequence[dict[str, Any]], binding: dict[str, Any] | None,
+                  extra: Mapping[str, Any], payload: str) -> None:
+    """Give content hashes (:func:`app.domain.invalidation.content_hash`) where the content
+    is known exactly, and only when the command ran to completion (exit status 0, no
+    exception: a failed or timed-out command may have written or printed part):
+
+    * each write whose whole text the command states (``cat > f <<'EOF'``, ``echo``,
+      ``printf``, ``cp`` of a known file): the hash of that text, unless it holds a carriage
+      return (the shell tool's text mode turns CRLF into LF, so a read could never match it);
+    * the binding of a command that prints one file whole and alone (``cat f``, after
+      ``cd`` only: :attr:`CommandEffects.shows`): the hash of the output, unless the output
+      holds U+FFFD (bytes that were not UTF-8, replaced: not what the file holds).
+
+    Writes of unknown text (``sed -i``, scripts, ``git checkout``), ranges and any other
+    read get no hash. The payload hashed is the raw output, before any redaction."""
+    if extra.get("returncode") != 0 or extra.get("exception_info"):
+        return
+    for w, text in zip(writes, call.contents, strict=False):
+        if w["artifact"] != "." and text is not None and "\r" not in text:
+            h = content_hash(text)
+            if h is not None:
+                w["content_hash"] = h
+    shows = call.effects.shows
+    if binding is not None and shows is not None and binding["artifact"] == shows and binding.get("range") is None \
+            and "\ufffd" not in payload:
+        h = content_hash(payload)
+        if h is not None:
+            binding["content_hash"] = h
 
 
 def _bindings(

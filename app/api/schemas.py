@@ -44,6 +44,9 @@ NonBlank = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
 EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
+#: A content hash (eq. 5): compared as a string and kept as SQL text with the artifact's
+#: revision (issue 11), so bounded and without NUL; ctxd's adapters send SHA-256 hex.
+ContentHash = Annotated[str, Field(min_length=1, max_length=256), NoNul]
 #: The largest row id (a signed 64-bit BIGINT on PostgreSQL, INTEGER on SQLite): a larger id in a
 #: path or query is 422, not an overflow in the database driver (a 500).
 ROW_ID_MAX = 2**63 - 1
@@ -260,8 +263,9 @@ class BindingIn(Strict):
     revision: Annotated[int, Field(ge=0, le=MAX_JSON_INT)] | None = Field(
         default=None, description="the server's revision read; omitted: the current one; ahead of the server's: 422")
     range: str | None = None
-    content_hash: str | None = Field(default=None, description="hash of the content read; one that contradicts the "
-                                     "hash recorded for the current revision records an external change")
+    content_hash: ContentHash | None = Field(default=None, description="hash of the content read (ctxd's adapters: SHA-256 "
+                                     "hex of the UTF-8 bytes; compared as a string); a whole read's (no range) that "
+                                     "contradicts the hash known for the current revision records an external change")
     ttl_seconds: Annotated[float, Field(ge=0)] | None = Field(
         default=None, description="kind external: seconds after fetched_at past which the item is shown as "
                                   "possibly stale (judged at the latest event's time)")
@@ -283,7 +287,8 @@ class ArtifactWriteIn(Strict):
     event_id: EventId
     kind: Literal["artifact_write"]
     artifact: ArtifactName
-    content_hash: str | None = None
+    content_hash: ContentHash | None = Field(default=None, description="hash of the content written, when known "
+                                             "(ctxd's adapters: SHA-256 hex of the UTF-8 bytes)")
 
 
 class StepIn(Strict):
@@ -663,7 +668,7 @@ class PreconditionIn(Strict):
 
     artifact: Annotated[str, Field(min_length=1, max_length=1024)]
     revision: Annotated[int, Field(ge=0, le=MAX_JSON_INT)] | None = None
-    content_hash: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    content_hash: ContentHash | None = None
 
     @model_validator(mode="after")
     def _something(self) -> PreconditionIn:

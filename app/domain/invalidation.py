@@ -36,6 +36,7 @@ stale-support metric recognises (:func:`app.eval.metrics.names_write`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -51,6 +52,7 @@ __all__ = [
     "POSSIBLY_STALE",
     "UNBOUND",
     "UNKNOWN",
+    "ArtifactLedger",
     "Change",
     "Claim",
     "ClaimSupport",
@@ -61,10 +63,13 @@ __all__ = [
     "Supersession",
     "bindings_of",
     "build_graph",
+    "content_hash",
     "current_support",
+    "known_hash_after",
     "label",
     "over_invalidation",
     "resolve_read",
+    "reveals_external_change",
 ]
 
 UNKNOWN_KIND = "unknown"
@@ -449,27 +454,67 @@ def over_invalidation(graph: DependencyGraph, coarse_writes: Iterable[str] = ())
 # --------------------------------------------------------------------------- ingest
 
 
+def content_hash(text: str) -> str | None:
+    """The content hash ctxd and its adapters use (eq. 5's ``content_hash``): SHA-256 of
+    the text's UTF-8 bytes, 64 lowercase hex digits (the form of a payload's handle, so a
+    whole-file read's hash equals its payload's handle). None when the text cannot be
+    encoded as UTF-8 (a lone surrogate): no hash rather than a wrong one. Clients may use
+    any hash, as long as they use one consistently: hashes are compared as strings."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def reveals_external_change(*, read_revision: int, current_revision: int, whole: bool,
+                            read_hash: str | None, known_hash: str | None) -> bool:
+    """Does a read reveal a change no logged write made (issue 11, "Also")?
+
+    True exactly when all hold:
+
+    * the read is bound to the artifact's **current** revision (``read_revision ==
+      current_revision``): no logged write came between the state whose hash is known and
+      this read (a read that names an older revision, one that ran before a write of the
+      same call, is history and is not compared);
+    * it read the **whole** artifact (``whole``: no range) and carries a hash
+      (``read_hash``): a range's hash says nothing about the file's;
+    * a hash is **known** for the current revision (``known_hash``: given by the write
+      that made it, or adopted from the first whole read at it);
+    * and the two **differ**.
+
+    A write of unknown content (``sed -i``, a script, ``git checkout``) leaves its revision's
+    hash unknown, so the next whole read cannot be compared: it is no external change,
+    and its hash becomes the revision's known hash (:func:`known_hash_after`)."""
+    return (read_revision == current_revision and whole and read_hash is not None
+            and known_hash is not None and read_hash != known_hash)
+
+
 @dataclass(frozen=True)
 class ResolvedRead:
     """A binding's revision as the server records it: ``revision``, and ``external``
     when the read revealed a change no write logged (the artifact moves to ``revision``,
-    one past the previous current revision)."""
+    one past the previous current revision). ``known_hash``: the hash known for the
+    artifact's current revision after this read (unchanged, adopted from the read, or the
+    read's after an external change)."""
 
     revision: int
     external: bool = False
+    known_hash: str | None = None
 
 
 def resolve_read(artifact: str, current_revision: int, current_hash: str | None, *, revision: int | None,
-                 content_hash: str | None) -> ResolvedRead:
+                 content_hash: str | None, range: str | None = None) -> ResolvedRead:
     """The revision a client's binding gets (eq. 5; revisions are the server's counters).
 
     * ``revision`` omitted: the current one. Given: kept when not ahead of the current one
       (a read that ran before a write of the same call names its older revision).
-    * A ``content_hash`` presented for the current revision that differs from the hash
-      recorded for it (``current_hash``: by its write or an earlier read) reveals an
-      external change (issue 11, "Also"): the read gets ``current_revision + 1`` and the
-      observations of older revisions become historical. With no hash recorded for the
-      current revision, the presented one is adopted (nothing to contradict).
+    * A whole read's ``content_hash`` (``range`` None) at the current revision that
+      differs from the hash known for it (``current_hash``: by its write or an earlier
+      whole read) reveals an external change (:func:`reveals_external_change`): the read
+      gets ``current_revision + 1`` and the observations of older revisions become
+      historical. With no hash known for the current revision, the read's is adopted
+      (nothing to contradict).
 
     Raises:
         InvalidEvent: ``revision`` ahead of the server's (a revision from the future was
@@ -481,7 +526,57 @@ def resolve_read(artifact: str, current_revision: int, current_hash: str | None,
                            "artifact_write, +1 per write); omit it to bind to the current one",
                            artifact=artifact, revision=revision, current_revision=current_revision)
     at = current_revision if revision is None else revision
-    if at == current_revision and content_hash is not None and current_hash is not None \
-            and content_hash != current_hash:
-        return ResolvedRead(current_revision + 1, external=True)
-    return ResolvedRead(at)
+    whole = range is None
+    if reveals_external_change(read_revision=at, current_revision=current_revision, whole=whole,
+                               read_hash=content_hash, known_hash=current_hash):
+        return ResolvedRead(current_revision + 1, external=True, known_hash=content_hash)
+    return ResolvedRead(at, known_hash=known_hash_after(at, current_revision, whole=whole, read_hash=content_hash,
+                                                        known_hash=current_hash))
+
+
+def known_hash_after(read_revision: int, current_revision: int, *, whole: bool, read_hash: str | None,
+                     known_hash: str | None) -> str | None:
+    """The hash known for the current revision after a read that revealed no external
+    change: the known one, else the read's when it is a whole read of the current revision
+    (a write of unknown content gets its hash from the first whole read after it)."""
+    if known_hash is None and whole and read_revision == current_revision:
+        return read_hash
+    return known_hash
+
+
+@dataclass
+class ArtifactLedger:
+    """What the server keeps per artifact at ingest, as a pure value for replays and the
+    eval: ``revisions`` (artifact -> current revision, 0 never changed) and ``hashes``
+    (artifact -> hash known for the current revision). :meth:`write` and :meth:`read`
+    apply the server's rules (:func:`resolve_read`), so a replay numbers revisions as the
+    server does, external changes included."""
+
+    revisions: dict[str, int] = field(default_factory=dict)
+    hashes: dict[str, str | None] = field(default_factory=dict)
+
+    def write(self, artifact: str, content_hash: str | None = None) -> int:
+        """An ``artifact_write``: the next revision, its hash (None: content unknown)."""
+        self.revisions[artifact] = self.revisions.get(artifact, 0) + 1
+        self.hashes[artifact] = content_hash
+        return self.revisions[artifact]
+
+    def read(self, artifact: str, *, revision: int | None = None, range: str | None = None,
+             content_hash: str | None = None) -> ResolvedRead:
+        """A read binding: its resolved revision (a bump when it reveals an external change).
+        Raises InvalidEvent for a revision from the future."""
+        resolved = resolve_read(artifact, self.revisions.get(artifact, 0), self.hashes.get(artifact),
+                                revision=revision, content_hash=content_hash, range=range)
+        if resolved.external:
+            self.revisions[artifact] = resolved.revision
+        self.hashes[artifact] = resolved.known_hash
+        return resolved
+
+    def revision_of(self, artifact: str, *, revision: int | None = None, range: str | None = None,
+                    content_hash: str | None = None) -> int:
+        """:meth:`read`'s revision, for a replay that must not stop: a revision from the
+        future (which the server refuses) is returned as given and changes nothing."""
+        try:
+            return self.read(artifact, revision=revision, range=range, content_hash=content_hash).revision
+        except InvalidEvent:
+            return revision if revision is not None else self.revisions.get(artifact, 0)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.adapters import miniswe
-from app.domain.invalidation import build_graph, over_invalidation
+from app.domain.invalidation import UNKNOWN_KIND, ArtifactLedger, build_graph, over_invalidation
 from app.domain.types import ArtifactWriteEvent, Binding, ToolResultEvent
 
 __all__ = ["domain_events", "measure"]
@@ -27,19 +27,21 @@ def domain_events(events: Sequence[dict[str, Any]]) -> list[ArtifactWriteEvent |
     """Writes and tool results of posted events as domain values, numbered as the server
     numbers them (seq from 1 in posting order; revisions per artifact from 1)."""
     out: list[ArtifactWriteEvent | ToolResultEvent] = []
-    revisions: dict[str, int] = {}
+    ledger = ArtifactLedger()
     for seq, e in enumerate(events, start=1):
         if e["kind"] == "artifact_write":
-            revisions[e["artifact"]] = revisions.get(e["artifact"], 0) + 1
-            out.append(ArtifactWriteEvent(seq, e["event_id"], e["artifact"], revisions[e["artifact"]]))
+            revision = ledger.write(e["artifact"], e.get("content_hash"))
+            out.append(ArtifactWriteEvent(seq, e["event_id"], e["artifact"], revision, e.get("content_hash")))
         elif e["kind"] == "tool_result":
             b = e.get("binding")
             binding = None
             if b:
-                rev = b.get("revision")
-                binding = Binding(b["artifact"], b.get("kind") or "file",
-                                  int(rev) if rev is not None else revisions.get(b["artifact"], 0), b.get("range"))
-            reads = [dict(r, revision=r.get("revision", revisions.get(r["artifact"], 0)))
+                rev = 0 if b.get("kind") == UNKNOWN_KIND else ledger.revision_of(
+                    b["artifact"], revision=b.get("revision"), range=b.get("range"),
+                    content_hash=b.get("content_hash"))
+                binding = Binding(b["artifact"], b.get("kind") or "file", rev, b.get("range"), b.get("content_hash"))
+            reads = [dict(r, revision=ledger.revision_of(r["artifact"], revision=r.get("revision"), range=r.get("range"),
+                                                         content_hash=r.get("content_hash")))
                      for r in e.get("conditions", {}).get("reads", [])]
             out.append(ToolResultEvent(seq, e["event_id"], e["call_id"], e["payload"], handle=e["event_id"],
                                        binding=binding, conditions={"reads": reads} if reads else {}))

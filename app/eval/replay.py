@@ -29,6 +29,7 @@ from typing import Any
 
 from app.adapters import miniswe
 from app.adapters.bash_effects import command_of
+from app.domain.invalidation import ArtifactLedger
 from app.domain.manifest import InvalidationReport
 from app.eval import metrics
 from app.eval.policies import EvalContext, RequestView, get_policy
@@ -76,20 +77,22 @@ class TraceFacts:
         full = miniswe.transcript_messages(traj, n_calls - 1) if n_calls else []
         texts = [metrics.request_text([m]) for m in full]
         observations: list[metrics.Observation] = []
-        revisions: dict[str, int] = {}
+        ledger = ArtifactLedger()  # the server's revisions: writes, and external changes revealed by content hashes
+        revisions = ledger.revisions
         self.calls: list[CallFacts] = []
         for step in miniswe.replay_plan(traj, infer_bindings=True):
             if isinstance(step, miniswe.PostEvents):
                 for e in step.events:
                     if e["kind"] == "artifact_write":
-                        revisions[e["artifact"]] = revisions.get(e["artifact"], 0) + 1
+                        ledger.write(e["artifact"], e.get("content_hash"))
                     elif e["kind"] == "tool_result":
                         reads = []
                         for r in ([e["binding"]] if e.get("binding") else []) + list(e.get("conditions", {}).get("reads", [])):
                             if r.get("kind") == "unknown":
                                 continue  # the command's effect is unknown: it read nothing known
-                            rev = r.get("revision")
-                            reads.append((r["artifact"], int(rev) if rev is not None else revisions.get(r["artifact"], 0)))
+                            reads.append((r["artifact"], ledger.revision_of(
+                                r["artifact"], revision=r.get("revision"), range=r.get("range"),
+                                content_hash=r.get("content_hash"))))
                         observations.append(metrics.Observation(e["call_id"], e["payload"], tuple(dict.fromkeys(reads))))
                 continue
             candidates: tuple[str, ...] | None = None

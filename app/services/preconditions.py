@@ -12,7 +12,8 @@ from app.store import repository as repo
 def check(db: OrmSession, session_id: str, artifact: str, *, revision: int | None = None,
           content_hash: str | None = None) -> ArtifactState:
     """The artifact's current state when the presented ``revision`` / ``content_hash``
-    still hold (an unknown artifact is at revision 0, with no content hash).
+    still hold (an artifact never written is at revision 0, with the hash of a whole read
+    of it when one was posted, else none).
 
     Raises:
         SessionNotFound: no such session (404).
@@ -20,7 +21,6 @@ def check(db: OrmSession, session_id: str, artifact: str, *, revision: int | Non
         PreconditionFailed: the state changed (409, with the current revision and hash).
     """
     require_session_row(db, session_id)
-    current_revision = repo.artifact_revision(db, session_id, artifact)
-    current = ArtifactState(artifact, current_revision,
-                            repo.artifact_content_hash(db, session_id, artifact, current_revision))
+    current_revision, known_hash = repo.artifact_state(db, session_id, artifact)
+    current = ArtifactState(artifact, current_revision, known_hash)
     return check_precondition(current, revision=revision, content_hash=content_hash)

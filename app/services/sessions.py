@@ -103,7 +103,8 @@ def describe_session(db: OrmSession, session_id: str, profiles: ProfileRegistry)
     """The session as ``GET /v1/sessions/{id}`` shows it, ``model`` included
     (:func:`session_model`). Raises SessionNotFound (404)."""
     row = require_session_row(db, session_id)
-    artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(ArtifactRow.session_id == session_id)).scalars()}
+    artifacts = {a.artifact: a.revision for a in db.execute(select(ArtifactRow).where(
+        ArtifactRow.session_id == session_id, ArtifactRow.revision > 0)).scalars()}  # a row at 0 only holds a hash
     return {
         "id": row.id, "profile": row.profile, "model": session_model(row, profiles), "contract": row.contract, "system": row.system, "tools": row.tools,
         "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
@@ -259,7 +260,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
             _bind_reads(db, session_id, body, where)
         elif kind == "artifact_write":
-            revision = repo.bump_artifact(db, session_id, body["artifact"])
+            revision = repo.bump_artifact(db, session_id, body["artifact"], body.get("content_hash"))
             body["revision"] = revision
         elif kind in ("plan", "document", "conclusion"):
             # issue 16: the text is kept whole behind a handle too (the record and the
@@ -358,9 +359,12 @@ def _count_ingested(appended: dict[str, int], redacted: Sequence[str]) -> None:
 def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: dict[str, Any]) -> None:
     """Give a tool result's binding and each ``conditions["reads"]`` entry the server's
     revision (:func:`app.domain.invalidation.resolve_read`): the current one when omitted;
-    a content hash contradicting the recorded one bumps the artifact (an external change);
+    a whole read's content hash contradicting the one recorded for the current revision
+    bumps the artifact (an external change; a range's hash is never compared);
     an ``external`` binding without ``fetched_at`` gets the event's time (epoch seconds).
-    Raises InvalidEvent (422) for a revision from the future."""
+    Raises InvalidEvent (422) for a revision from the future, and for a ``reads`` entry
+    (free-form conditions) whose artifact, revision or content hash the binding's schema
+    would refuse."""
     reads = (body.get("conditions") or {}).get("reads")
     entries = [body["binding"]] if body.get("binding") else []
     entries += [r for r in reads if isinstance(r, dict) and isinstance(r.get("artifact"), str)] \
@@ -370,22 +374,30 @@ def _bind_reads(db: OrmSession, session_id: str, body: dict[str, Any], where: di
             entry["revision"] = 0
             continue
         artifact = entry["artifact"]
+        if not 1 <= len(artifact) <= 1024 or "\x00" in artifact:  # kept as SQL text with its revision
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's artifact must be 1 to 1024 "
+                               "characters without NUL", **where)
         revision = entry.get("revision")
         if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's revision must be an "
                                f"integer >= 0, got {revision!r}", **where)
-        current = repo.artifact_revision(db, session_id, artifact)
-        recorded = repo.artifact_content_hash(db, session_id, artifact, current) \
-            if entry.get("content_hash") is not None else None
+        content_hash = entry.get("content_hash")
+        if content_hash is not None and (not isinstance(content_hash, str) or not 1 <= len(content_hash) <= 256
+                                         or "\x00" in content_hash):
+            raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): a read's content_hash must be a "
+                               "string of 1 to 256 characters without NUL", **where)
+        current, recorded = repo.artifact_state(db, session_id, artifact)
         try:
-            resolved = resolve_read(artifact, current, recorded, revision=revision,
-                                    content_hash=entry.get("content_hash"))
+            resolved = resolve_read(artifact, current, recorded, revision=revision, content_hash=content_hash,
+                                    range=entry["range"] if isinstance(entry.get("range"), str) else None)
         except InvalidEvent as exc:
             raise InvalidEvent(f"event {where['index']} ({where['event_id']!r}): {exc}", **where,
                                **exc.extra) from None
         if resolved.external:
-            repo.bump_artifact(db, session_id, artifact)
+            repo.bump_artifact(db, session_id, artifact, resolved.known_hash)
             entry["external_change"] = True
+        elif resolved.known_hash is not None and resolved.known_hash != recorded:
+            repo.record_artifact_hash(db, session_id, artifact, resolved.known_hash)
         entry["revision"] = resolved.revision
         if entry.get("kind") == EXTERNAL_KIND and entry.get("fetched_at") is None:
             entry["fetched_at"] = utcnow().timestamp()

@@ -278,14 +278,34 @@ def append_event(db: OrmSession, *, session_id: str, seq: int, event_id: str, ki
     return row
 
 
-def bump_artifact(db: OrmSession, session_id: str, artifact: str) -> int:
+def bump_artifact(db: OrmSession, session_id: str, artifact: str, content_hash: str | None = None) -> int:
+    """The artifact's next revision (a write, or an external change a read revealed), with
+    the hash known for it (None: its content is unknown). Returns the new revision."""
     row = db.get(ArtifactRow, (session_id, artifact))
     if row is None:
         row = ArtifactRow(session_id=session_id, artifact=artifact, revision=0)
         db.add(row)
     row.revision += 1
+    row.content_hash = content_hash
     db.flush()
     return row.revision
+
+
+def artifact_state(db: OrmSession, session_id: str, artifact: str) -> tuple[int, str | None]:
+    """(current revision, hash known for it or None): one primary-key read."""
+    row = db.get(ArtifactRow, (session_id, artifact))
+    return (row.revision, row.content_hash) if row else (0, None)
+
+
+def record_artifact_hash(db: OrmSession, session_id: str, artifact: str, content_hash: str) -> None:
+    """Adopt ``content_hash`` as the known hash of the artifact's current revision (a whole
+    read after a write of unknown content, or the first read of a never-written artifact)."""
+    row = db.get(ArtifactRow, (session_id, artifact))
+    if row is None:
+        db.add(ArtifactRow(session_id=session_id, artifact=artifact, revision=0, content_hash=content_hash))
+    else:
+        row.content_hash = content_hash
+    db.flush()
 
 
 def artifact_revision(db: OrmSession, session_id: str, artifact: str) -> int:
@@ -294,25 +314,11 @@ def artifact_revision(db: OrmSession, session_id: str, artifact: str) -> int:
 
 
 def artifact_content_hash(db: OrmSession, session_id: str, artifact: str, revision: int) -> str | None:
-    """The content hash last recorded for ``revision`` of ``artifact``: by the
-    ``artifact_write`` that made it or by a ``tool_result`` bound to it, whichever
-    came later (highest seq); None when neither gave one."""
-    write = db.execute(
-        select(EventRow.seq, EventRow.body["content_hash"].as_string())
-        .where(EventRow.session_id == session_id, EventRow.kind == "artifact_write",
-               EventRow.body["artifact"].as_string() == artifact,
-               EventRow.body["revision"].as_integer() == revision,
-               EventRow.body["content_hash"].as_string().is_not(None))
-        .order_by(EventRow.seq.desc()).limit(1)).first()
-    read = db.execute(
-        select(EventRow.seq, EventRow.body[("binding", "content_hash")].as_string())
-        .where(EventRow.session_id == session_id, EventRow.kind == "tool_result",
-               EventRow.body[("binding", "artifact")].as_string() == artifact,
-               EventRow.body[("binding", "revision")].as_integer() == revision,
-               EventRow.body[("binding", "content_hash")].as_string().is_not(None))
-        .order_by(EventRow.seq.desc()).limit(1)).first()
-    found = [r for r in (write, read) if r is not None]
-    return max(found, key=lambda r: r[0])[1] if found else None
+    """The content hash known for ``revision`` of ``artifact`` when it is the current one
+    (given by the ``artifact_write`` that made it, or adopted from the first whole read
+    after it: :class:`app.domain.invalidation.ArtifactLedger`'s rules); None otherwise."""
+    current, known = artifact_state(db, session_id, artifact)
+    return known if current == revision else None
 
 
 def text_handle(body: dict[str, Any]) -> str:

@@ -143,13 +143,17 @@ class PayloadRow(Base):
 
 
 class ArtifactRow(Base):
-    """Revision counter per artifact of a session (0 before the first write)."""
+    """Revision counter per artifact of a session (0 before the first write), and the
+    content hash known for its current revision (migration 0013_artifact_content_hash:
+    given by the write that made it, or adopted from the first whole read after it; NULL
+    when unknown). A row at revision 0 only holds the hash of a never-written artifact."""
 
     __tablename__ = "artifacts"
 
     session_id: Mapped[str] = mapped_column(String(32), ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
     artifact: Mapped[str] = mapped_column(String(1024), primary_key=True)
     revision: Mapped[int] = mapped_column(Integer, default=0)
+    content_hash: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
 
 class ManifestRow(Base):

@@ -3,6 +3,7 @@ the bindings the mini-swe-agent adapter derives from them on the 32 real traces.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from functools import cache, lru_cache
@@ -385,7 +386,8 @@ def test_writes_precede_the_result_of_their_call(traj: Trajectory) -> None:
         if e["kind"] != "artifact_write":
             continue
         assert re.fullmatch(r"m\d{4}-w\d+", e["event_id"])
-        assert set(e) == {"event_id", "kind", "artifact"} and e["artifact"]
+        assert {"event_id", "kind", "artifact"} <= set(e) <= {"event_id", "kind", "artifact", "content_hash"}
+        assert e["artifact"] and re.fullmatch(r"[0-9a-f]{64}", e.get("content_hash", "0" * 64))
         i = int(e["event_id"][1:5])
         assistant = position[f"m{i:04d}-assistant"]
         assert assistant < n  # after the message that made the call
@@ -402,7 +404,10 @@ def test_bindings_are_well_formed(traj: Trajectory) -> None:
         if e["kind"] != "tool_result" or "binding" not in e:
             continue
         b = e["binding"]
-        assert set(b) <= {"artifact", "kind", "range", "revision"} and {"artifact", "kind", "range"} <= set(b)
+        assert set(b) <= {"artifact", "kind", "range", "revision", "content_hash"} and {"artifact", "kind", "range"} <= set(b)
+        if "content_hash" in b:  # only a whole-file read that exited 0: the hash of its whole output
+            assert b["range"] is None and "revision" not in b and e["exit_code"] == 0
+            assert b["content_hash"] == hashlib.sha256(e["payload"].encode()).hexdigest()
         assert b["kind"] == "file" and isinstance(b["artifact"], str) and b["artifact"]
         assert not b["artifact"].startswith("/testbed")
         if b["range"] is not None:
