@@ -20,8 +20,16 @@ every model call ``GET /v1/sessions/{id}/request?format=openai``.
 
 A warm-up replays the first three calls of the trace into a throwaway session (untimed).
 Targets (reported, never asserted): warm GET over HTTP at least 10x faster than naive for
-requests of 20k to 28k tokens (issue 9). Profile ``qwen3`` by default (W = 32,768: requests
-reach ~28k tokens).
+requests of 20k to 28k tokens (issue 9). Profile ``qwen3`` by default (W = 32,768).
+
+Under ``qwen3``'s shipped watermarks (select, GET /request's default policy, folds past
+``t_hi`` = 8,448 tokens) no request reaches 20k tokens, so that band is empty.
+``--raise-watermarks`` (:func:`raised_watermarks`) serves the same profile with ``t_hi``
+raised to its ``input_limit`` and ``t_lo`` to 0.6 of it (a ``CTXD_PROFILES_PATH`` override
+in the server's temporary directory; tokenizer, template, window and every other field
+unchanged): select then folds only at the window's edge, and requests grow to 17k-28k
+tokens between passes, the band issue 9's target names. The output says which
+watermarks were served.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["HTTP_PROFILE", "HTTP_TARGETS", "print_http", "run_http", "serve"]
+__all__ = ["HTTP_PROFILE", "HTTP_TARGETS", "print_http", "raised_watermarks", "run_http", "serve"]
 
 HTTP_PROFILE = "qwen3"
 #: (label, min tokens inclusive, max tokens exclusive, required naive p50 / warm HTTP p50).
@@ -99,6 +107,45 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
                     raise BenchError("ctxd serve did not stop within 30 s of SIGTERM") from None
 
 
+RAISED_T_LO = 0.6  # t_lo as a share of input_limit under --raise-watermarks
+
+
+def _toml_value(value: Any) -> str:
+    """A TOML value for the scalars, arrays and inline tables profiles.toml holds (JSON's
+    strings, numbers, booleans and arrays are TOML's)."""
+    import json
+
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def raised_watermarks(profile: str) -> tuple[str, dict[str, int]]:
+    """A profiles file (TOML text) redefining the shipped ``profile`` with ``t_hi`` =
+    its ``input_limit`` and ``t_lo`` = ``RAISED_T_LO`` of it, every other field as shipped;
+    and those watermarks (``{"t_hi", "t_lo"}``, tokens). Raises UnknownProfile."""
+    import tomllib
+    from importlib import resources
+
+    from app.tokenizers.profiles import ProfileRegistry, load_profiles
+
+    limit = ProfileRegistry(load_profiles()).get(profile).budget.input_limit
+    shipped = tomllib.loads(resources.files("app.profiles").joinpath("profiles.toml").read_text(encoding="utf-8"))
+    body = {k: v for k, v in shipped[profile].items() if k not in ("t_hi", "t_lo", "low_watermark")}
+    marks = {"t_hi": limit, "t_lo": int(limit * RAISED_T_LO)}
+    body |= marks
+    lines = [f"[{_toml_key(profile)}]", *(f"{k} = {_toml_value(v)}" for k, v in body.items())]
+    return "\n".join(lines) + "\n", marks
+
+
+def _toml_key(name: str) -> str:
+    """A TOML table name: bare when it can be, else quoted."""
+    import json
+    import re
+
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
 def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = None, naive: Any = None,
                  advance: Any = None) -> tuple[list[dict[str, Any]], list[tuple[int, float]]]:
     """Replay ``traj`` over HTTP into a new session. Returns (one record per GET: call,
@@ -138,18 +185,35 @@ def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = No
 
 
 def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, repeat: int = 1, url: str | None = None,
-             progress: bool = True) -> dict[str, Any]:
+             progress: bool = True, raise_watermarks: bool = False) -> dict[str, Any]:
     """Replay ``trace`` over HTTP ``repeat`` times against ``url`` (default: a ``ctxd
-    serve`` started for the run); return every figure (ms, tokens).
+    serve`` started for the run); return every figure (ms, tokens). ``raise_watermarks``:
+    the started server serves ``profile`` with :func:`raised_watermarks` (not with ``url``).
 
-    Returns ``{"trace", "profile", "url", "repeat", "calls_per_replay", "bands", "all",
-    "targets", "posts": {...}, "checks": {...}, "calls"}``. Raises BenchError."""
+    Returns ``{"trace", "profile", "watermarks", "url", "repeat", "calls_per_replay",
+    "bands", "all", "targets", "posts": {...}, "checks": {...}, "calls"}`` (``watermarks``:
+    ``{"t_hi", "t_lo", "raised"}`` as served, tokens). Raises BenchError."""
     from app.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace, in_band
     if url is None:
-        with serve() as base:
-            result = run_http(trace, profile=profile, repeat=repeat, url=base, progress=progress)
+        with tempfile.TemporaryDirectory(prefix="ctxd-bench-profiles-") as tmp:
+            env: dict[str, str] = {}
+            if raise_watermarks:
+                text, _ = raised_watermarks(profile)
+                override = Path(tmp) / "profiles.toml"
+                override.write_text(text, encoding="utf-8")
+                env["CTXD_PROFILES_PATH"] = str(override)
+            with serve(env=env) as base:
+                result = run_http(trace, profile=profile, repeat=repeat, url=base, progress=progress,
+                                  raise_watermarks=raise_watermarks)
         result["url"] = "ctxd serve (embedded default, temporary data dir)"
         return result
+    if raise_watermarks:
+        marks = {**raised_watermarks(profile)[1], "raised": True}
+    else:
+        from app.tokenizers.profiles import ProfileRegistry, load_profiles
+
+        shipped = ProfileRegistry(load_profiles()).get(profile).watermarks
+        marks = {"t_hi": shipped.t_hi, "t_lo": shipped.t_lo, "raised": False}
 
     import httpx
 
@@ -201,7 +265,8 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
     post_quarters = _posts_along(post_runs)
     mismatches = sum(1 for run in runs for g in run if g["naive_tokens"] != g["tokens"])
     return {
-        "trace": str(path), "instance_id": traj.instance_id, "profile": profile, "url": url, "repeat": repeat,
+        "trace": str(path), "instance_id": traj.instance_id, "profile": profile, "watermarks": marks, "url": url,
+        "repeat": repeat,
         "calls_per_replay": len(runs[0]), "max_request_tokens": max((g["tokens"] for g in runs[0]), default=0),
         "bands": bands, "all": _group_modes(samples, modes, lambda s: True), "targets": targets, "posts": post_quarters,
         "checks": {"naive_count_mismatches": mismatches},
@@ -225,8 +290,11 @@ def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
     from app.bench import _console, _ms, _x, print_posts
 
     console = _console(file)
+    marks = result["watermarks"]
+    served = (f"watermarks RAISED to t_hi {marks['t_hi']:,} / t_lo {marks['t_lo']:,}" if marks["raised"]
+              else f"shipped watermarks t_hi {marks['t_hi']:,} / t_lo {marks['t_lo']:,}")
     t = Table(title=f"GET over HTTP: {result['instance_id']} ({result['calls_per_replay']} calls x {result['repeat']}), "
-                    f"profile {result['profile']}, {result['url']}", box=box.SIMPLE_HEAD,
+                    f"profile {result['profile']} ({served}), {result['url']}", box=box.SIMPLE_HEAD,
               caption="ms; warm = client wall time of the first GET after a model call's POST; naive = one "
                       "apply_chat_template(tokenize=True) of the served body")
     for c in ("request tokens", "n", "warm HTTP p50", "warm HTTP p95", "naive p50", "naive p95", "naive/warm p50"):

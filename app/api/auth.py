@@ -12,6 +12,16 @@ parsed or validated, and learns nothing about which routes or sessions exist:
 
 Steps 1 and 3 are one short read transaction, in a worker thread (the event loop never
 waits on the database). The principal goes to ``request.state.principal`` (:data:`Caller`).
+
+Step 3's answer is kept (:class:`SessionOwners`, bounded in bytes): a session's tenant never
+changes and session ids are never reused, so "session S is tenant T's" stays true until S is
+deleted, and a deleted session is answered 404 by the routes' own services exactly as an
+absent one (the entry is also dropped on DELETE in this worker). With keys not required
+(``CTXD_AUTH``), an in-process rate limiter and the session's owner known (or no session in
+the path), nothing is left that waits: the request is admitted on the event loop, without
+the thread hop and the read transaction (issue 9 item 8: they were ~1 ms of a GET's fixed
+cost). With keys required the key is looked up in the database every time (a revoked key
+stops working at once), in one hop as before.
 Every use of a key is logged on ``ctxd.audit`` with its key id, tenant, session and the
 request id (``app/observability/logs.py`` puts the request id on every record).
 """
@@ -28,6 +38,7 @@ from fastapi import Depends, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.problems import problem, problem_headers, status_for
+from app.caches import ENTRY_OVERHEAD, ByteLRU
 from app.domain.errors import DomainError, RateLimited, Unauthorized
 from app.domain.tenancy import DEFAULT_TENANT, Principal
 from app.observability import metrics
@@ -81,6 +92,49 @@ def session_of_path(path: str) -> str | None:
     return found.group(1) if found else None
 
 
+class SessionOwners:
+    """Which tenant owns which session, as step 3 found it: ``(tenant_id, session_id)``
+    pairs, least recently used dropped past ``max_bytes``. Only positive answers are kept
+    (an absent or foreign session is read again each time). Thread-safe."""
+
+    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
+        self._cache: ByteLRU[tuple[str, str], bool] = ByteLRU(
+            max_bytes, lambda key, _value: len(key[0]) + len(key[1]) + ENTRY_OVERHEAD)
+
+    def known(self, tenant_id: str, session_id: str) -> bool:
+        return self._cache.get((tenant_id, session_id)) is not None
+
+    def add(self, tenant_id: str, session_id: str) -> None:
+        self._cache.put((tenant_id, session_id), True)
+
+    def forget(self, tenant_id: str, session_id: str) -> None:
+        """Drop an entry (the session was deleted)."""
+        self._cache.pop((tenant_id, session_id))
+
+
+def session_owners(app: Any) -> SessionOwners:
+    """The app's :class:`SessionOwners` (created on first use)."""
+    owners: SessionOwners | None = getattr(app.state, "session_owners", None)
+    if owners is None:
+        owners = app.state.session_owners = SessionOwners()
+    return owners
+
+
+def _authorize_on_loop(app: Any, scope: Scope) -> Principal | None:
+    """The principal when nothing of the check waits (module docstring): keys not required,
+    the rate limiter in process, and the path's session (if any) known to be the default
+    tenant's; the rate limit is counted here. None: run :func:`_authorize` in a thread."""
+    settings: Settings = app.state.settings
+    limiter = app.state.rate_limiter
+    if not getattr(limiter, "in_process", False) or auth_required(settings, scope):
+        return None
+    session_id = session_of_path(scope.get("path", ""))
+    if session_id is not None and not session_owners(app).known(DEFAULT_TENANT, session_id):
+        return None
+    limiter.check(DEFAULT_TENANT)
+    return Principal(DEFAULT_TENANT)
+
+
 def _authorize(app: Any, scope: Scope) -> Principal:
     settings: Settings = app.state.settings
     required = auth_required(settings, scope)
@@ -96,7 +150,10 @@ def _authorize(app: Any, scope: Scope) -> Principal:
                            scope.get("method"), scope.get("path"), session_id or "-")
             app.state.rate_limiter.check(principal.tenant_id)
             if session_id is not None:
-                tenancy.require_session(db, session_id, principal)
+                owners = session_owners(app)
+                if not owners.known(principal.tenant_id, session_id):
+                    tenancy.require_session(db, session_id, principal)
+                    owners.add(principal.tenant_id, session_id)
     else:
         app.state.rate_limiter.check(principal.tenant_id)
     return principal
@@ -113,7 +170,8 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            principal = await anyio.to_thread.run_sync(_authorize, scope["app"], scope)
+            principal = _authorize_on_loop(scope["app"], scope) or await anyio.to_thread.run_sync(
+                _authorize, scope["app"], scope)
         except DomainError as exc:
             status = status_for(exc)
             if isinstance(exc, Unauthorized):

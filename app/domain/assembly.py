@@ -25,7 +25,7 @@ from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.framing import frame, revision_attribute
-from app.domain.invalidation import build_graph
+from app.domain.invalidation import DependencyGraph, GraphBuilder
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -234,6 +234,34 @@ class _Grouping:
         fresh.extend(sorted(events, key=_SEQ))
         cache["turn groups"] = fresh
         return fresh
+
+
+def cached_graph(events: Sequence[Event], cache: MutableMapping[Any, Any]) -> DependencyGraph:
+    """:func:`app.domain.invalidation.build_graph` of ``events``, kept in ``cache`` (the
+    session's memo, an explicit value) as the builder that has seen them and the graph it
+    gave: the same graph when ``events`` are exactly the events seen; a copy of the builder
+    extended with the new ones when ``events`` starts with them and goes on in increasing
+    seq order (a GET adds only its new events, O(new events) but for copying the builder's
+    mappings); else built afresh. Equal to ``build_graph(events)`` in every case."""
+    kept: tuple[GraphBuilder, DependencyGraph] | None = cache.get("invalidation graph")
+    if kept is not None:
+        builder, graph = kept
+        seen = builder.seen
+        if len(events) >= len(seen) and events[:len(seen)] == seen:
+            new = events[len(seen):]
+            if not new:
+                return graph
+            if all(a < b for a, b in pairwise([builder.last_seq, *(e.seq for e in new)])):
+                grown = builder.copy()
+                grown.extend(new)
+                graph = grown.graph()
+                cache["invalidation graph"] = (grown, graph)
+                return graph
+    fresh = GraphBuilder()
+    fresh.extend(sorted(events, key=_SEQ))
+    graph = fresh.graph()
+    cache["invalidation graph"] = (fresh, graph)
+    return graph
 
 
 def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int, *,
@@ -1033,7 +1061,7 @@ def assemble_window(
     # pass_due None: forecast from select's watermarks once the request is measured; planned
     # first as due (new tombstones deferred), re-planned below when the forecast says not due
     forecasting = options.pass_due is None and fold is not None
-    graph = build_graph(events)
+    graph = cached_graph(events, cache)
     bindings = {seq: node.bindings for seq, node in graph.observations.items()}
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
                              deferred=options.deferred, shown_upto=options.shown_upto)

@@ -58,6 +58,7 @@ __all__ = [
     "ClaimSupport",
     "DependencyGraph",
     "DerivedItem",
+    "GraphBuilder",
     "ItemState",
     "ObservationNode",
     "Supersession",
@@ -304,38 +305,73 @@ def build_graph(events: Sequence[Event], *, derived: Iterable[DerivedItem] = (),
     records an external change (the server bumps the revision at ingest when a read's
     content hash contradicts the recorded one). ``now``: the latest event's time
     (default: the largest ``at`` among ``events``)."""
-    changes: dict[str, list[Change]] = {}
-    observations: dict[int, ObservationNode] = {}
-    latest: float | None = None
-    times: list[tuple[int, float]] = []
-    for event in sorted(events, key=attrgetter("seq")):
-        at = getattr(event, "at", None)
-        if at is not None:
-            latest = at if latest is None else max(latest, at)
-            times.append((event.seq, at))
-        if isinstance(event, ArtifactWriteEvent):
-            known = changes.setdefault(event.artifact, [])
-            # revisions are dense; a write below the known one (never from the server) is kept in order
-            revision = max(event.revision, (known[-1].revision + 1) if known else 1)
-            known.append(Change(event.artifact, revision, event.seq, event.event_id, "write"))
-        elif isinstance(event, ToolResultEvent):
-            resolved = []
-            for b in bindings_of(event):
-                if b.kind == UNKNOWN_KIND:
+    builder = GraphBuilder()
+    builder.extend(sorted(events, key=attrgetter("seq")))
+    return builder.graph(derived=derived, now=now)
+
+
+class GraphBuilder:
+    """:func:`build_graph` kept up to date as events are appended: a session's events only
+    grow (increasing seqs), so a GET adds only the events the previous one had not seen
+    (the request path keeps one per session in its memo: app/domain/assembly.py
+    ``cached_graph``). :meth:`copy` before :meth:`extend` when the builder is shared (a
+    builder whose :meth:`graph` was taken must not change: the graph holds its mappings)."""
+
+    __slots__ = ("changes", "last_seq", "latest", "observations", "seen", "times")
+
+    def __init__(self) -> None:
+        self.changes: dict[str, list[Change]] = {}
+        self.observations: dict[int, ObservationNode] = {}
+        self.latest: float | None = None
+        self.times: list[tuple[int, float]] = []
+        self.seen: list[Event] = []  # the events added, in order
+        self.last_seq = -1
+
+    def copy(self) -> GraphBuilder:
+        out = GraphBuilder()
+        out.changes = {a: list(c) for a, c in self.changes.items()}
+        out.observations = dict(self.observations)
+        out.latest, out.times, out.seen, out.last_seq = self.latest, list(self.times), list(self.seen), self.last_seq
+        return out
+
+    def extend(self, events: Sequence[Event]) -> None:
+        """Add ``events``, in seq order after every event added so far (the caller's
+        guarantee: revisions are resolved in that order)."""
+        changes, observations, times = self.changes, self.observations, self.times
+        for event in events:
+            self.last_seq = max(self.last_seq, event.seq)
+            at = getattr(event, "at", None)
+            if at is not None:
+                self.latest = at if self.latest is None else max(self.latest, at)
+                times.append((event.seq, at))
+            if isinstance(event, ArtifactWriteEvent):
+                known = changes.setdefault(event.artifact, [])
+                # revisions are dense; a write below the known one (never from the server) is kept in order
+                revision = max(event.revision, (known[-1].revision + 1) if known else 1)
+                known.append(Change(event.artifact, revision, event.seq, event.event_id, "write"))
+            elif isinstance(event, ToolResultEvent):
+                resolved = []
+                for b in bindings_of(event):
+                    if b.kind == UNKNOWN_KIND:
+                        resolved.append(b)
+                        continue
+                    known = changes.setdefault(b.artifact, [])
+                    at_seq = known[-1].revision if known else 0
+                    if b.revision < 0:
+                        b = Binding(b.artifact, b.kind, at_seq, b.range, b.content_hash, b.ttl_seconds, b.fetched_at)
+                    for r in range(at_seq + 1, b.revision + 1):  # external change(s) detected at this read
+                        known.append(Change(b.artifact, r, event.seq, event.event_id, "external"))
                     resolved.append(b)
-                    continue
-                known = changes.setdefault(b.artifact, [])
-                at_seq = known[-1].revision if known else 0
-                if b.revision < 0:
-                    b = Binding(b.artifact, b.kind, at_seq, b.range, b.content_hash, b.ttl_seconds, b.fetched_at)
-                for r in range(at_seq + 1, b.revision + 1):  # external change(s) detected at this read
-                    known.append(Change(b.artifact, r, event.seq, event.event_id, "external"))
-                resolved.append(b)
-            observations[event.seq] = ObservationNode(event.seq, event.event_id, event.call_id, event.handle,
-                                                      tuple(resolved))
-    return DependencyGraph(observations=observations, changes={a: tuple(c) for a, c in changes.items() if c},
-                           derived={d.id: d for d in derived}, now=now if now is not None else latest,
-                           times=tuple(times))
+                observations[event.seq] = ObservationNode(event.seq, event.event_id, event.call_id, event.handle,
+                                                          tuple(resolved))
+        self.seen.extend(events)
+
+    def graph(self, *, derived: Iterable[DerivedItem] = (), now: float | None = None) -> DependencyGraph:
+        """The graph of the events added (see :func:`build_graph`)."""
+        return DependencyGraph(observations=self.observations,
+                               changes={a: tuple(c) for a, c in self.changes.items() if c},
+                               derived={d.id: d for d in derived}, now=now if now is not None else self.latest,
+                               times=tuple(self.times))
 
 
 # --------------------------------------------------------------------------- record support

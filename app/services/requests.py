@@ -353,9 +353,10 @@ def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None
     db = repo.core(db)
     manifest = plan.manifest
     sid = manifest.session_id
-    record = plan.assembly.record.as_dict() if plan.assembly.record is not None else None
-    if plan.layout_changed and not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout, record=record):
-        return None
+    if plan.layout_changed:  # the record is serialized only when saved with a moved layout state
+        record = plan.assembly.record.as_dict() if plan.assembly.record is not None else None
+        if not repo.compare_and_set_layout(db, sid, plan.loaded_layout, plan.layout, record=record):
+            return None
     saved = repo.add_manifest(db, manifest, base=base, planner_version=PLANNER_VERSION,
                               layout_version=plan.layout.version)
     if saved is None:  # planned from a layout state another worker has moved since
@@ -447,7 +448,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
             waited = (fold, got)
             attempt -= 1
             continue
-        with core_write(factory) as db:
+        with core_write(factory, durable=False) as db:  # derived state: planned again if lost
             saved = save(db, plan, loaded.base)
             if saved is None:
                 db.rollback()

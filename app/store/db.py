@@ -32,6 +32,10 @@ def json_loads(text: str | bytes) -> Any:
 
 
 READ_ONLY = "ctxd_read_only"  # execution option of the read-only session factory's engine
+#: Execution option of a write whose loss on power failure is harmless (a GET's save: its manifest,
+#: layout state and prefix state are derived from the events and planned again if lost). Every
+#: other write (events, sessions, keys, deletes) is durable before it is acknowledged.
+RELAXED = "ctxd_relaxed_durability"
 POOL_SIZE = 10  # connections kept open per process (each worker has its own pool)
 MAX_OVERFLOW = 10  # more connections opened under load, closed when returned
 
@@ -57,7 +61,14 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     fail at once with "database is locked" when another writer committed after its
     snapshot; IMMEDIATE makes concurrent writers wait their turn instead. Transactions of
     :func:`make_read_factory` start with a plain (deferred) ``BEGIN``: a snapshot read
-    that takes no lock and waits for no writer."""
+    that takes no lock and waits for no writer.
+
+    Durability: SQLite commits with ``PRAGMA synchronous=FULL`` (WAL synced at every commit: an
+    acknowledged event survives a power loss or OS crash, not only a crash of ctxd), except a
+    transaction on a connection with the :data:`RELAXED` execution option, which commits with
+    ``NORMAL`` (the WAL is synced at checkpoints only; the database is never corrupted, the last
+    such commits may roll back after a power loss). The mode is set before ``BEGIN``, only when
+    it changes."""
     kwargs.setdefault("json_serializer", json_dumps)
     kwargs.setdefault("json_deserializer", json_loads)
     if url.startswith("sqlite"):
@@ -69,12 +80,21 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA synchronous=FULL")
             cursor.close()
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
+            options = conn.get_execution_options()
+            if options.get(READ_ONLY):
+                conn.exec_driver_sql("BEGIN")
+                return
+            mode = "NORMAL" if options.get(RELAXED) else "FULL"
+            info = conn.connection.info
+            if info.get("synchronous", "FULL") != mode:  # outside any transaction: autocommit driver
+                conn.connection.dbapi_connection.execute(f"PRAGMA synchronous={mode}")
+                info["synchronous"] = mode
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW, **kwargs)
@@ -163,17 +183,26 @@ def core_read(factory: sessionmaker[OrmSession]) -> Iterator[Connection | OrmSes
 
 
 @contextmanager
-def core_write(factory: sessionmaker[OrmSession]) -> Iterator[Connection | OrmSession]:
+def core_write(factory: sessionmaker[OrmSession], *, durable: bool = True) -> Iterator[Connection | OrmSession]:
     """:func:`unit_of_work` on a Core connection of ``factory``'s engine (no ORM session):
     the transaction begins at the first statement, is committed when the block ends
     normally (nothing to commit after an explicit ``rollback()``), rolled back on any
-    exception. Falls back to :func:`unit_of_work` for a factory without a bound engine."""
+    exception. Falls back to :func:`unit_of_work` for a factory without a bound engine.
+
+    ``durable=False`` only for a write that is planned again if lost (a GET's save): on SQLite
+    it commits with ``synchronous=NORMAL`` (:func:`make_engine`), on PostgreSQL with
+    ``SET LOCAL synchronous_commit = off`` (no wait for the WAL flush; never inconsistent,
+    the last such commits may be lost on a server crash)."""
     bind = factory.kw.get("bind")
     if bind is None:
         with unit_of_work(factory) as db:
             yield db
         return
     with bind.connect() as conn:
+        if not durable:
+            conn = conn.execution_options(**{RELAXED: True})
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
         try:
             yield conn
             conn.commit()

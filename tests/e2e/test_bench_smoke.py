@@ -57,6 +57,7 @@ def test_bench_http_against_ctxd_serve(tmp_path: Path, capsys: pytest.CaptureFix
     assert set(figures) == {"http"}, "--http alone runs only the HTTP benchmark"
     http = figures["http"]
     assert http["profile"] == "qwen3" and http["url"].startswith("ctxd serve")
+    assert http["watermarks"]["raised"] is False and 0 < http["watermarks"]["t_lo"] < http["watermarks"]["t_hi"]
     assert http["checks"]["naive_count_mismatches"] == 0
     n = http["calls_per_replay"]
     assert n > 0 and sum(b["n"] for b in http["bands"]) == n == http["all"]["n"]
@@ -88,3 +89,27 @@ def test_bench_ingest_reports_post_latency_along_the_session(tmp_path: Path,
     assert ingest["target"]["required_ratio_at_most"] == 1.5 and isinstance(ingest["target"]["met"], bool)
     printed = capsys.readouterr().out
     assert "POST latency along a synthetic session" in printed and "p50 at the end" in printed
+
+
+def test_raised_watermarks_change_only_the_watermarks(tmp_path: Path) -> None:
+    """``--raise-watermarks`` serves ``qwen3`` with t_hi = its input_limit (28,160) and t_lo =
+    0.6 of it (16,896): the override file, loaded as ``CTXD_PROFILES_PATH`` is, gives a
+    profile equal to the shipped one in every other field."""
+    import dataclasses
+
+    from app.bench_http import raised_watermarks
+    from app.tokenizers.profiles import load_profiles
+
+    text, marks = raised_watermarks("qwen3")
+    assert marks == {"t_hi": 28_160, "t_lo": 16_896}
+    override = tmp_path / "profiles.toml"
+    override.write_text(text, encoding="utf-8")
+    shipped, raised = load_profiles()["qwen3"], load_profiles(override)["qwen3"]
+    assert (raised.t_hi, raised.t_lo) == (28_160, 16_896) and raised.budget.input_limit == 28_160
+    assert dataclasses.replace(raised, t_hi=shipped.t_hi, t_lo=shipped.t_lo) == shipped
+    assert load_profiles(override)["qwen3-128k"] == load_profiles()["qwen3-128k"], "other profiles as shipped"
+
+
+def test_raise_watermarks_with_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--http", "--raise-watermarks", "--url", "http://127.0.0.1:9", "--quiet"]) == 2
+    assert "--raise-watermarks configures the server --http starts" in capsys.readouterr().err

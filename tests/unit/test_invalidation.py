@@ -216,3 +216,53 @@ def test_tool_call_text_is_not_an_observation() -> None:
                         tool_calls=(ToolCall("c1", "bash", '{"command": "cat a.py"}'),))
     graph = build_graph([call, write(2, "a.py", 1)])
     assert graph.observations == {}
+
+
+def _graph_fields(graph):
+    return (dict(graph.observations), dict(graph.changes), graph.now, graph.times, graph.observation_states())
+
+
+def test_the_memoized_graph_equals_a_fresh_one_at_every_step_of_real_traces() -> None:
+    """Issue 9 item 8: the request path keeps the dependency graph in the session's memo
+    (``cached_graph``) and adds only each GET's new events. At every prefix of the
+    largest shared traces (inferred bindings and writes: external changes included), the
+    memoized graph equals ``build_graph`` of the whole prefix, states included; a GET with
+    no new event gets the very same graph; a sequence that does not extend the memo's
+    (another session's events, a shorter list) is built afresh."""
+    from app.domain.assembly import cached_graph
+    from tests.domain_events import trace_session
+    from tests.traces import TRACE_FILES
+
+    if not TRACE_FILES:
+        pytest.skip("shared traces not found")
+    largest = sorted(TRACE_FILES, key=lambda p: p.stat().st_size)[-2:]
+    for path in largest:
+        _, events = trace_session(path)
+        cache: dict = {}
+        writes = sum(isinstance(e, ArtifactWriteEvent) for e in events)
+        assert writes, f"{path.name}: the trace has writes, so revisions move"
+        step = max(1, len(events) // 60)
+        for n in [*range(1, len(events), step), len(events)]:
+            got = cached_graph(list(events[:n]), cache)
+            assert _graph_fields(got) == _graph_fields(build_graph(events[:n])), (path.name, n)
+            assert cached_graph(list(events[:n]), cache) is got  # nothing new: the same graph
+        shorter = list(events[: len(events) // 2])
+        assert _graph_fields(cached_graph(shorter, cache)) == _graph_fields(build_graph(shorter))
+
+
+def test_the_memoized_graph_extends_without_reading_old_events_again() -> None:
+    """Adding events costs only the new ones: the old tool results' bindings are not read
+    again (``bindings_of`` is called for the new results only)."""
+    from unittest import mock
+
+    from app.domain import invalidation
+    from app.domain.assembly import cached_graph
+
+    events = [*config_events(), write(8, "config.yaml", 2), read(10, "config.yaml", "timeout: 90\n", revision=2)]
+    cache: dict = {}
+    cached_graph(events[:3], cache)
+    with mock.patch.object(invalidation, "bindings_of", wraps=invalidation.bindings_of) as spy:
+        got = cached_graph(events, cache)
+    assert [c.args[0].seq for c in spy.call_args_list] == [10]
+    assert got.observation_state(2).state == got.observation_state(6).state == "historical"
+    assert got.revision("config.yaml") == 2 and _graph_fields(got) == _graph_fields(build_graph(events))

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from app.api.auth import Caller
+from app.api.auth import Caller, session_owners
 from app.api.deps import Db, Memo, Profiles, Uow
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
@@ -34,13 +34,14 @@ def list_sessions(db: Db, caller: Caller,
 
 
 @router.delete("/sessions/{session_id}", response_model=SessionDeleted, responses=documented(404, 409))
-def delete_session(session_id: str, uow: Uow, memo: Memo, caller: Caller) -> SessionDeleted:
+def delete_session(session_id: str, request: Request, uow: Uow, memo: Memo, caller: Caller) -> SessionDeleted:
     """Delete the session: its events, manifests, tool calls, artifacts, prefix and layout
     states, memo entries, and the payloads no other session references. A session that
     still has child sessions is not deleted (409, ``children`` lists them; issue 16)."""
     with uow() as db:
         out = tenancy_service.delete_session(db, session_id, caller)
     memo.forget(session_id)
+    session_owners(request.app).forget(caller.tenant_id, session_id)
     audit.info("session deleted: tenant=%s session=%s key_id=%s payloads_deleted=%d", caller.tenant_id, session_id,
                caller.key_id, out["payloads_deleted"])
     return SessionDeleted(id=session_id, **out)
