@@ -308,9 +308,19 @@ class Waited:
     ran_out: bool
 
 
+#: A job registered when its POST was answered but not started within this many seconds is
+#: taken as lost (a background task that never ran: the client went away before the response).
+UNSTARTED_SECONDS: float = 10.0
+
+
 @dataclass
 class _Job:
     fold: FoldKey | None = None  # None while the job still plans its pass
+    registered: float = field(default_factory=time.monotonic)
+    running: bool = False
+
+    def live(self) -> bool:
+        return self.running or time.monotonic() - self.registered < UNSTARTED_SECONDS
 
 
 class SummaryJobs:
@@ -330,12 +340,20 @@ class SummaryJobs:
             return len(self._jobs)
 
     def start(self, session_id: str) -> bool:
-        """Register a job for the session; False when one is in flight (the caller skips)."""
+        """Register a job for the session (the POST route does, before its response, so the
+        agent's next GET sees it); False when one is in flight (the caller skips)."""
         with self._changed:
-            if session_id in self._jobs:
+            job = self._jobs.get(session_id)
+            if job is not None and job.live():
                 return False
             self._jobs[session_id] = _Job()
             return True
+
+    def running(self, session_id: str) -> None:
+        """The session's registered job has started."""
+        with self._changed:
+            job = self._jobs.setdefault(session_id, _Job())
+            job.running = True
 
     def planned(self, session_id: str, fold: FoldKey) -> None:
         """The session's job now summarizes the pass of ``fold``."""
@@ -356,7 +374,7 @@ class SummaryJobs:
         still planning."""
         with self._changed:
             job = self._jobs.get(session_id)
-            return job is not None and job.fold in (None, fold)
+            return job is not None and job.live() and job.fold in (None, fold)
 
     def wait(self, session_id: str, fold: FoldKey, timeout_seconds: float) -> Waited | None:
         """Block the calling thread (never the event loop: GET /request runs in the thread
@@ -368,7 +386,7 @@ class SummaryJobs:
         began = time.monotonic()
         deadline = began + timeout_seconds
         with self._changed:
-            while (job := self._jobs.get(session_id)) is not None and job.fold in (None, fold):
+            while (job := self._jobs.get(session_id)) is not None and job.live() and job.fold in (None, fold):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return Waited(round(time.monotonic() - began, 3), ran_out=True)
@@ -378,7 +396,7 @@ class SummaryJobs:
 
 def summarize_pass_after_post(plan_pass: Callable[[], PlannedPass | None], client: httpx.Client,
                               config: SummarizerConfig, store: CandidateStore, session_id: str,
-                              jobs: SummaryJobs) -> SummaryOutcome | None:
+                              jobs: SummaryJobs, *, registered: bool = False) -> SummaryOutcome | None:
     """The POST hook (run after the response, never inside a GET; issue 10 item 6): when
     the next GET would run a compaction pass (``plan_pass``: its fold, or None), ask the
     summarizer for a candidate of exactly that record, starting from the host record of
@@ -386,10 +404,12 @@ def summarize_pass_after_post(plan_pass: Callable[[], PlannedPass | None], clien
     the folded seqs' protected fields), and store the outcome with the pass's basis and
     planner version; the GET that runs the pass uses it when its fold matches exactly, and
     waits for this job while it is in flight (``jobs``, :meth:`SummaryJobs.wait`).
-    One run per session at a time (a POST while one runs is skipped). Returns the outcome
+    One run per session at a time (a POST while one runs is skipped; ``registered``: the
+    caller registered this job already, :meth:`SummaryJobs.start`). Returns the outcome
     (None when no pass is due, skipped, or the session is gone); never raises."""
-    if not jobs.start(session_id):
+    if not registered and not jobs.start(session_id):
         return None
+    jobs.running(session_id)
     try:
         planned = plan_pass()
         if planned is None:

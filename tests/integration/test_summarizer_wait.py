@@ -106,7 +106,7 @@ def test_the_pass_get_waits_for_the_candidate_of_its_fold(tmp_path: Path,
         got, took, before = agent_until_pass(client, sid)
         source = got["manifest"]["compaction"]["record"]["source"]
         trunk = got["request"]["messages"][1]["content"]
-        assert source["source"] == "model" and source["error"] is None
+        assert source["source"] == "model" and source["error"] is None, source
         assert "# Progress record (model-written)" in trunk and MODEL_STEP in trunk
         wait = source["wait"]
         assert wait["ran_out"] is False and 0.5 < wait["seconds"] < 5, wait
@@ -174,6 +174,7 @@ def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, 
         for fold in (None, (1, (999_999,))):
             sid = new_session(client)
             assert jobs.start(sid)
+            jobs.running(sid)
             if fold is not None:
                 jobs.planned(sid, fold)
             try:

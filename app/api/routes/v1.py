@@ -109,13 +109,14 @@ def _after_ingest(request: Request, background: BackgroundTasks, uow: Uow, profi
     if handles:
         background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
     state = request.app.state
-    if state.summarizer is not None and created:
+    if state.summarizer is not None and created and state.summary_jobs.start(session_id):
         # the optional model-written record of the pass the next GET would run: after the
         # response, never inside a GET (issue 10 item 6)
         background.add_task(summarizer_service.summarize_pass_after_post,
                             partial(request_service.planned_pass, state.session_factory, profiles, meters, session_id,
                                     memo=memo, read_factory=state.read_factory),
-                            state.summarizer_http, state.summarizer, state.summaries, session_id, state.summary_jobs)
+                            state.summarizer_http, state.summarizer, state.summaries, session_id, state.summary_jobs,
+                            registered=True)
 
 
 @router.post("/sessions/{session_id}/messages", response_model=MessageBatchOut,
