@@ -81,10 +81,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.profiles = registry
         app.state.meters = meter_registry
         app.state.tokenizer_ready = threading.Event()
-        from app.services.summarizer import CandidateStore, SummarizerConfig
+        from app.services.summarizer import CandidateStore, SummarizerConfig, SummaryJobs
 
         app.state.summarizer = SummarizerConfig.from_settings(settings)
         app.state.summaries = CandidateStore()
+        app.state.summary_jobs = SummaryJobs()  # in flight in this worker: a pass's GET waits for its fold's
         app.state.summarizer_http = None
         if app.state.summarizer is not None:
             import httpx

@@ -77,8 +77,14 @@ class Settings(BaseSettings):
     summarizer_url: str = Field(default="", description=(
         "OpenAI-compatible chat-completions URL of the optional model-written progress record (e.g. "
         "http://127.0.0.1:8001/v1/chat/completions), asked after a POST for the pass the next GET would run, never "
-        "inside a GET; its candidate is audited against that pass and used only by a pass of exactly that fold; "
+        "by a GET (the GET that runs that pass may wait for it: CTXD_SUMMARIZER_WAIT_SECONDS); its candidate is audited against that pass and used only by a pass of exactly that fold; "
         "empty: the deterministic record only"))
+    summarizer_wait_seconds: float = Field(default=20.0, ge=0, le=600, description=(
+        "how long a GET that runs a compaction pass waits for the summarizer's candidate of exactly that pass while "
+        "its job (started after the POST) is in flight in the same worker, in seconds; then it uses the admitted "
+        "candidate or the deterministic record, and the manifest's compaction.record.source.wait says how long it "
+        "waited or that the wait ran out. Other GETs never wait; a job in another worker is not waited for (that "
+        "GET uses the deterministic record); 0: never wait"))
     summarizer_model: str = Field(default="summarizer", description="the `model` field of the summarizer's requests")
     summarizer_api_key: str = Field(default="", description=(
         "sent to the summarizer as Authorization: Bearer when set (never logged)"))

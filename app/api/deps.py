@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from app.services.memo import AssemblyMemo
-from app.services.requests import CandidateLookup, PassDue
+from app.services.requests import CandidateLookup, PassDue, SummaryWait
+from app.services.summarizer import FoldKey, Waited
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -74,6 +75,22 @@ async def candidates(request: Request) -> CandidateLookup | None:
     return state.summaries.source if getattr(state, "summarizer", None) is not None else None
 
 
+async def summary_wait(request: Request) -> SummaryWait | None:
+    """A pass's GET waits for this worker's summarizer job of its fold, at most
+    ``CTXD_SUMMARIZER_WAIT_SECONDS`` (``app.state.summary_jobs``; issue 10 item 6). None
+    without a summarizer or with a wait of 0."""
+    state = request.app.state
+    seconds = state.settings.summarizer_wait_seconds
+    if getattr(state, "summarizer", None) is None or seconds <= 0:
+        return None
+    jobs = state.summary_jobs
+
+    def wait(session_id: str, fold: FoldKey) -> Waited | None:
+        return jobs.wait(session_id, fold, seconds)  # type: ignore[no-any-return]
+
+    return wait
+
+
 Uow = Annotated[UnitOfWork, Depends(unit_of_work_dep)]
 Db = Annotated[Database, Depends(database)]
 Memo = Annotated[AssemblyMemo, Depends(memo)]
@@ -81,3 +98,4 @@ Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]
 PassDueSignal = Annotated[PassDue | None, Depends(pass_due)]
 Candidates = Annotated[CandidateLookup | None, Depends(candidates)]
+SummaryWaitFor = Annotated[SummaryWait | None, Depends(summary_wait)]

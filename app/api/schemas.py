@@ -662,7 +662,8 @@ class ManifestOut(Described):
     compaction: dict[str, Any] | None = Field(default=None, description="select's compaction: policy, whether this "
                                               "request ran a pass, watermarks, the pass forecast (tokens, growth "
                                               "per call, N, due), the progress record's fold point, tokens, budget "
-                                              "and source: deterministic or model-written (issue 10)")
+                                              "and source: deterministic or model-written, with wait {seconds, ran_out} "
+                                              "when the pass's GET waited for the summarizer (issue 10)")
     id: int
 
 

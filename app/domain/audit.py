@@ -441,20 +441,27 @@ def evidence_items(events: Sequence[Event], folded_seqs: Iterable[int] | None = 
 
 
 SYSTEM_PROMPT: Final = (
-    "You write the progress record of a coding agent's task as JSON under the given schema. Rules: copy "
-    "contract_version, task, constraints, artifacts, hypotheses and obligations exactly from the host record. "
-    "Write one claim per event you mention, citing its seq as event_seq, and copy operation, exit_status, tests, "
-    "artifact, revision and scope exactly from that event's evidence; keep every failed test id and assertion line "
-    "in evidence. A claim's text says only what that event shows: a run of one test is not the suite; a failed or "
-    "errored run did not pass. Set current to true only for evidence recorded at the current artifact revisions. "
-    "Never invent events, tests, constraints or results.")
+    "You write the progress record of one compaction pass over a coding agent's context, as JSON under the given "
+    "schema. The pass folds the agent's older events (listed to you as Events, each with its seq) out of the "
+    "agent's context; your record replaces exactly those folded events there, within the token budget given, so it "
+    "keeps what the agent still needs of them: results, failures, hypotheses and open work. The record so far is "
+    "the host's own record of the same fold: copy its contract_version, task, constraints, artifacts, hypotheses "
+    "and obligations exactly. Write one claim per folded event you mention, citing its seq as event_seq, and copy "
+    "operation, exit_status, tests, artifact, revision and scope exactly from that event's evidence; keep every "
+    "failed test id and assertion line in evidence. A claim's text says only what that event shows, in few words: "
+    "a run of one test is not the suite; a failed or errored run did not pass. Set current to true only for "
+    "evidence recorded at the current artifact revisions. Never invent events, tests, constraints or results.")
 
 
 def _chunk_prompt(record: Mapping[str, Any], items: Sequence[Mapping[str, Any]], *, part: int, parts: int,
-                  omitted: int, findings: Sequence[Finding]) -> str:
-    lines = [f"Part {part} of {parts}. Update the record with these events and return the whole record."]
+                  omitted: int, findings: Sequence[Finding], budget_tokens: int | None = None) -> str:
+    lines = [(f"Part {part} of {parts} of the events this pass folds. Update the record with these events and "
+              "return the whole record.")]
+    if budget_tokens is not None:
+        lines.append(f"Budget: the record's text (without the constraints) must fit {budget_tokens} tokens.")
     if omitted:
-        lines.append(f"{omitted} older event(s) are left out to fit your input; the host record already covers them.")
+        lines.append(f"{omitted} older folded event(s) are left out to fit your input; the host record already "
+                     "covers them.")
     if findings:
         lines.append("The host audit rejected your previous record. Fix every finding:")
         lines += [f"- {f.kind} {f.field}: {f.detail}" for f in findings]
@@ -474,7 +481,7 @@ def summarizer_chunks(record: Mapping[str, Any], items: Sequence[Mapping[str, An
     chunks (possibly one empty chunk). Raises ValueError when the system prompt and the
     record alone do not fit."""
     fixed = estimate(SYSTEM_PROMPT) + 3 * estimate(_chunk_prompt(record, [], part=9, parts=9, omitted=99999,
-                                                                 findings=findings)) // 2 + 16
+                                                                 findings=findings, budget_tokens=10**9)) // 2 + 16
     room = max_input_tokens - fixed
     if room <= 0:
         raise ValueError(f"the summarizer's input cap of {max_input_tokens} tokens does not hold the record "
@@ -497,8 +504,11 @@ def summarizer_chunks(record: Mapping[str, Any], items: Sequence[Mapping[str, An
 
 
 def chunk_messages(record: Mapping[str, Any], chunk: Sequence[Mapping[str, Any]], *, part: int, parts: int,
-                   omitted: int = 0, findings: Sequence[Finding] = ()) -> list[dict[str, str]]:
-    """The chat messages of one summarizer request (system + user)."""
+                   omitted: int = 0, findings: Sequence[Finding] = (),
+                   budget_tokens: int | None = None) -> list[dict[str, str]]:
+    """The chat messages of one summarizer request (system + user): the pass's folded
+    events of this chunk, the record so far and, when given, the record budget (tokens of
+    the profile's tokenizer)."""
     return [{"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": _chunk_prompt(record, chunk, part=part, parts=parts, omitted=omitted,
-                                                      findings=findings)}]
+                                                      findings=findings, budget_tokens=budget_tokens)}]

@@ -39,7 +39,7 @@ from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
 from app.services.sessions import require_session_row
-from app.services.summarizer import PlannedPass
+from app.services.summarizer import FoldKey, PlannedPass, Waited
 from app.store import repository as repo
 from app.store.db import core_read, core_write
 from app.store.tenancy import link_payloads, own_payload, session_tenant
@@ -59,6 +59,10 @@ PassDue = Callable[[SessionState, Sequence[Event]], bool]
 #: The summarizer's outcome for a session's next pass, computed after a POST
 #: (:meth:`app.services.summarizer.CandidateStore.source`), or None.
 CandidateLookup = Callable[[str], RecordSource | None]
+#: Wait for this worker's summarizer job of a pass's fold while it is in flight, at most
+#: ``CTXD_SUMMARIZER_WAIT_SECONDS`` (:meth:`app.services.summarizer.SummaryJobs.wait`):
+#: ``(session id, fold key) -> what was waited``, None when nothing was in flight.
+SummaryWait = Callable[[str, FoldKey], Waited | None]
 MAX_PLAN_ATTEMPTS = 4  # plans per GET when other workers keep moving the layout state
 
 _ZONES = {
@@ -386,7 +390,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                      read_factory: sessionmaker[OrmSession] | None = None,
                      pass_due: PassDue | None = None, policy: str = "select",
                      watermarks: Watermarks | None = None, candidates: CandidateLookup | None = None,
-                     due_calls: int | None = None) -> AssembledRequest:
+                     due_calls: int | None = None, wait: SummaryWait | None = None) -> AssembledRequest:
     """Assemble, count, predict prefix reuse, persist the manifest; return the wire body.
 
     ``factory`` opens write transactions (the save), ``read_factory`` snapshot reads (the
@@ -400,7 +404,11 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
     computed after POSTs (:data:`CandidateLookup`): a pass whose fold matches one exactly
     uses its admitted record (issue 10 item 6; the manifest's ``compaction.record.source``
     says which record the trunk holds). ``due_calls``: N of select's pass forecast instead
-    of the default (the ``ctxd eval`` policies ``select-due<N>``).
+    of the default (the ``ctxd eval`` policies ``select-due<N>``). ``wait``: when the plan
+    runs a pass and this worker's summarizer job of that fold is in flight, wait for it
+    (:data:`SummaryWait`, bounded; between the load and the save, no transaction open),
+    then plan again with its outcome; the manifest's ``compaction.record.source.wait``
+    says how long, or that the wait ran out. Only a GET that runs a pass waits.
 
     Returns the body for ``fmt`` and the manifest: tokens by zone and role, budget, items
     with why and representation, elided items with handles and token counts, and
@@ -416,19 +424,30 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         by zone, or a storage invariant broke.
     """
     check_format(fmt)
-    for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
+    waited: tuple[FoldKey, Waited] | None = None
+    attempt = 0
+    while attempt < MAX_PLAN_ATTEMPTS:
+        attempt += 1
         with core_read(read_factory or factory) as db:
             loaded = load(db, memo, session_id, fmt, tokenizer_of=lambda name: tokenizer_id(meters, profiles, name))
         profile = profiles.get(loaded.state.session.profile)
+        candidate = candidates(session_id) if candidates is not None else None
+        if waited is not None:
+            candidate = after_wait(candidate, *waited)
         plan = plan_request(served_state(loaded.state, profile), loaded.events,
                             policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
-                                                current=loaded.record_source,
-                                                candidate=candidates(session_id) if candidates is not None else None),
+                                                current=loaded.record_source, candidate=candidate),
                             wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens,
                             pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else None)
+        if wait is not None and waited is None and (fold := pass_fold(plan)) is not None \
+                and (got := wait(session_id, fold)) is not None:
+            # a pass whose summarizer job is in flight here: waited (no transaction open), plan again
+            waited = (fold, got)
+            attempt -= 1
+            continue
         with core_write(factory, durable=False) as db:  # derived state: planned again if lost
             saved = save(db, plan, loaded.base)
             if saved is None:
@@ -449,6 +468,31 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                                 manifest_bytes=manifest_bytes)
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
+
+
+def pass_fold(plan: RequestPlan) -> FoldKey | None:
+    """The fold key (contract version, folded seqs) of the pass ``plan`` runs, or None when
+    it runs none (or the record it writes is already a model-written one)."""
+    record = plan.assembly.record
+    if plan.layout.passes <= plan.loaded_layout.passes or record is None or not record.folded_seqs:
+        return None
+    if record.source is not None and record.source.get("source") == "model":
+        return None
+    return record.contract_version, tuple(record.folded_seqs)
+
+
+def after_wait(candidate: RecordSource | None, fold: FoldKey, waited: Waited) -> RecordSource:
+    """The summarizer's outcome a pass of ``fold`` uses after its GET waited: ``candidate``
+    when it is for that fold, else the deterministic record with the reason (the wait ran
+    out, or the job ended without an outcome for the fold); either says the wait."""
+    if candidate is not None and (candidate.contract_version, candidate.folded_seqs) == fold:
+        return replace(candidate, waited_seconds=waited.seconds, wait_ran_out=waited.ran_out)
+    reason = (f"the summarizer's job of this pass was still running after the wait of {waited.seconds:g} s "
+              "(CTXD_SUMMARIZER_WAIT_SECONDS)" if waited.ran_out
+              else "the summarizer's job of this pass ended without a candidate")
+    return RecordSource(source="deterministic", folded_seqs=fold[1], contract_version=fold[0],
+                        planner_version=PLANNER_VERSION, error=reason, waited_seconds=waited.seconds,
+                        wait_ran_out=waited.ran_out)
 
 
 def planned_pass(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry,
@@ -475,7 +519,8 @@ def planned_pass(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, m
     if plan.assembly.evicted_now == 0 or record is None:
         return None
     return PlannedPass(events=tuple(loaded.events), contract=loaded.state.session.contract,
-                       folded_seqs=tuple(record.folded_seqs), planner_version=PLANNER_VERSION)
+                       folded_seqs=tuple(record.folded_seqs), planner_version=PLANNER_VERSION,
+                       budget_tokens=record.budget)
 
 
 def get_record(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, meters: MeterRegistry, session_id: str,

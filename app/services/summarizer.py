@@ -28,7 +28,14 @@ pass's record and audits it against that pass's inventory; the outcome goes to t
 :class:`CandidateStore` with its basis (contract version, folded seqs, last seq) and
 planner version. The GET that runs the pass uses the admitted candidate only when its own
 fold matches exactly (:meth:`app.domain.compaction.written.RecordSource.matches`);
-otherwise the deterministic record. It never waits.
+otherwise the deterministic record.
+
+An agent GETs right after its POST, before a model call of seconds answers, so the GET that
+runs a pass waits for this worker's job of exactly its fold while it is in flight
+(:class:`SummaryJobs`, ``app.state.summary_jobs``), at most ``CTXD_SUMMARIZER_WAIT_SECONDS``
+(0: never), in its thread-pool thread with no transaction open; its manifest's
+``compaction.record.source.wait`` says how long, or that the wait ran out. Other GETs never
+wait. A job in another worker is not seen: that worker's GET uses the deterministic record.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -180,7 +188,7 @@ def request_candidate(client: httpx.Client, config: SummarizerConfig,
 
 def summarize_record(client: httpx.Client, config: SummarizerConfig, *, deterministic: Mapping[str, Any],
                      events: Sequence[Event], contract: Contract,
-                     folded_seqs: Iterable[int] | None = None) -> SummaryOutcome:
+                     folded_seqs: Iterable[int] | None = None, budget_tokens: int | None = None) -> SummaryOutcome:
     """Ask for a candidate record and audit it (listing 2).
 
     The evidence of the folded events (:func:`app.domain.audit.evidence_items`) goes in
@@ -188,7 +196,8 @@ def summarize_record(client: httpx.Client, config: SummarizerConfig, *, determin
     ``config.input_tokens``), the first with ``deterministic`` as the record so far, each
     later one with the model's previous answer. The final answer is audited against
     ``events`` and ``contract``; with findings, the last chunk is sent again with them, at
-    most ``config.retries`` times. A candidate that is not JSON or not of the schema is a
+    most ``config.retries`` times. ``budget_tokens``: the pass's record budget, told to the
+    summarizer (the pass itself enforces it). A candidate that is not JSON or not of the schema is a
     rejected candidate like any other. Returns the admitted candidate or
     ``deterministic``; raises nothing (errors are logged and reported in the outcome)."""
     events = list(events)
@@ -210,7 +219,7 @@ def summarize_record(client: httpx.Client, config: SummarizerConfig, *, determin
             findings: tuple[Finding, ...] = ()
             for _ in range(config.retries + 1):
                 messages = chunk_messages(record, chunk, part=part, parts=len(chunks), omitted=omitted,
-                                          findings=findings)
+                                          findings=findings, budget_tokens=budget_tokens)
                 requests += 1
                 try:
                     answer = request_candidate(client, config, messages)
@@ -282,29 +291,134 @@ class PlannedPass:
     contract: Contract
     folded_seqs: tuple[int, ...]
     planner_version: int
+    budget_tokens: int | None = None  # the record budget of the pass (the profile's tokens)
+
+
+#: What identifies a pass's fold across the POST hook and the GET: (contract version, folded seqs).
+FoldKey = tuple[int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Waited:
+    """What a GET that runs a pass waited for a summarizer job of its fold
+    (:meth:`SummaryJobs.wait`): ``seconds`` waited; ``ran_out``: the bound passed with the
+    job still in flight."""
+
+    seconds: float
+    ran_out: bool
+
+
+#: A job registered when its POST was answered but not started within this many seconds is
+#: taken as lost (a background task that never ran: the client went away before the response).
+UNSTARTED_SECONDS: float = 10.0
+
+
+@dataclass
+class _Job:
+    fold: FoldKey | None = None  # None while the job still plans its pass
+    registered: float = field(default_factory=time.monotonic)
+    running: bool = False
+
+    def live(self) -> bool:
+        return self.running or time.monotonic() - self.registered < UNSTARTED_SECONDS
+
+
+class SummaryJobs:
+    """The summarizer jobs in flight in this worker, one per session (``app.state.summary_jobs``;
+    thread safe). A job is registered when the POST hook starts, learns its fold key once it
+    has planned the pass, and is released when it ends (outcome stored, failure, or its
+    requests' timeouts): :meth:`wait` always returns by then or at its bound. Another worker's
+    jobs are not seen here: its GET uses the deterministic record of a pass."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Job] = {}
+        self._changed = threading.Condition()
+
+    def __len__(self) -> int:
+        """Jobs in flight."""
+        with self._changed:
+            return len(self._jobs)
+
+    def start(self, session_id: str) -> bool:
+        """Register a job for the session (the POST route does, before its response, so the
+        agent's next GET sees it); False when one is in flight (the caller skips)."""
+        with self._changed:
+            job = self._jobs.get(session_id)
+            if job is not None and job.live():
+                return False
+            self._jobs[session_id] = _Job()
+            return True
+
+    def running(self, session_id: str) -> None:
+        """The session's registered job has started."""
+        with self._changed:
+            job = self._jobs.setdefault(session_id, _Job())
+            job.running = True
+
+    def planned(self, session_id: str, fold: FoldKey) -> None:
+        """The session's job now summarizes the pass of ``fold``."""
+        with self._changed:
+            job = self._jobs.get(session_id)
+            if job is not None:
+                job.fold = fold
+                self._changed.notify_all()
+
+    def finish(self, session_id: str) -> None:
+        """The session's job ended (its outcome, if any, is stored): its waiters return."""
+        with self._changed:
+            self._jobs.pop(session_id, None)
+            self._changed.notify_all()
+
+    def in_flight(self, session_id: str, fold: FoldKey) -> bool:
+        """Whether a job that may be for ``fold`` is in flight: one of that fold, or one
+        still planning."""
+        with self._changed:
+            job = self._jobs.get(session_id)
+            return job is not None and job.live() and job.fold in (None, fold)
+
+    def wait(self, session_id: str, fold: FoldKey, timeout_seconds: float) -> Waited | None:
+        """Block the calling thread (never the event loop: GET /request runs in the thread
+        pool, holding no database transaction) until no job of ``fold`` is in flight for the
+        session, at most ``timeout_seconds``. Returns None when none was in flight (no wait),
+        else what was waited."""
+        if timeout_seconds <= 0 or not self.in_flight(session_id, fold):
+            return None
+        began = time.monotonic()
+        deadline = began + timeout_seconds
+        with self._changed:
+            while (job := self._jobs.get(session_id)) is not None and job.live() and job.fold in (None, fold):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return Waited(round(time.monotonic() - began, 3), ran_out=True)
+                self._changed.wait(remaining)
+        return Waited(round(time.monotonic() - began, 3), ran_out=False)
 
 
 def summarize_pass_after_post(plan_pass: Callable[[], PlannedPass | None], client: httpx.Client,
-                              config: SummarizerConfig, store: CandidateStore, session_id: str) -> SummaryOutcome | None:
+                              config: SummarizerConfig, store: CandidateStore, session_id: str,
+                              jobs: SummaryJobs, *, registered: bool = False) -> SummaryOutcome | None:
     """The POST hook (run after the response, never inside a GET; issue 10 item 6): when
     the next GET would run a compaction pass (``plan_pass``: its fold, or None), ask the
     summarizer for a candidate of exactly that record, starting from the host record of
     those folded seqs, audit it against that pass's inventory (listing 2: the whole log,
     the folded seqs' protected fields), and store the outcome with the pass's basis and
-    planner version; the GET that runs the pass uses it when its fold matches exactly.
-    One run per session at a time (a POST while one runs is skipped). Returns the outcome
+    planner version; the GET that runs the pass uses it when its fold matches exactly, and
+    waits for this job while it is in flight (``jobs``, :meth:`SummaryJobs.wait`).
+    One run per session at a time (a POST while one runs is skipped; ``registered``: the
+    caller registered this job already, :meth:`SummaryJobs.start`). Returns the outcome
     (None when no pass is due, skipped, or the session is gone); never raises."""
-    with _RUNNING_LOCK:
-        if session_id in _RUNNING:
-            return None
-        _RUNNING.add(session_id)
+    if not registered and not jobs.start(session_id):
+        return None
+    jobs.running(session_id)
     try:
         planned = plan_pass()
         if planned is None:
             return None
+        jobs.planned(session_id, (planned.contract.contract_version, tuple(planned.folded_seqs)))
         deterministic = host_record(planned.events, planned.contract, folded_seqs=planned.folded_seqs)
         outcome = summarize_record(client, config, deterministic=deterministic, events=planned.events,
-                                   contract=planned.contract, folded_seqs=planned.folded_seqs)
+                                   contract=planned.contract, folded_seqs=planned.folded_seqs,
+                                   budget_tokens=planned.budget_tokens)
         outcome = replace(outcome, planner_version=planned.planner_version)
         store.put(session_id, outcome)
         return outcome
@@ -312,9 +426,4 @@ def summarize_pass_after_post(plan_pass: Callable[[], PlannedPass | None], clien
         log.exception("summarizing the next pass of session %s failed; the deterministic record is used", session_id)
         return None
     finally:
-        with _RUNNING_LOCK:
-            _RUNNING.discard(session_id)
-
-
-_RUNNING: set[str] = set()
-_RUNNING_LOCK = threading.Lock()
+        jobs.finish(session_id)

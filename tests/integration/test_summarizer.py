@@ -321,7 +321,7 @@ def test_every_request_fits_the_summarizer_cap(server) -> None:
     assert max(sizes) <= 24000, sizes
     sent = "".join(m["content"] for r in holder[0].requests for m in r["body"]["messages"])
     items = evidence_items(events, folded)
-    assert "older event(s) are left out" in sent and len(items) > 100
+    assert "older folded event(s) are left out" in sent and len(items) > 100
     assert json.dumps(items[-1], ensure_ascii=False, separators=(",", ":")) in sent, "the newest evidence is sent"
     # a cap too small for the record itself: no request, deterministic
     cfg = SummarizerConfig(url=url, input_tokens=1024)

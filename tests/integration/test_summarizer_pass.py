@@ -150,6 +150,11 @@ def test_admitted_candidate_is_the_trunk_of_the_pass_it_was_asked_for(
     assert stored["record"]["source"]["folded_seqs"] == sorted(folded)
     sent = record_so_far(holder[0].requests[-1]["body"])
     assert sent["claims"] and {c["event_seq"] for c in sent["claims"]} <= folded
+    # the prompt describes this pass's fold and its record budget, not "the host record" whole
+    system, user = (m["content"] for m in holder[0].requests[-1]["body"]["messages"])
+    assert "one compaction pass" in system and "replaces exactly those folded events" in system
+    assert "the host record" not in system
+    assert f"must fit {record['budget']} tokens" in user and "of the events this pass folds" in user
     asked = len(holder[0].requests)
     # a second GET (no event between) is byte-identical, asks nothing
     again = app_client.get(f"/v1/sessions/{sid}/request").json()

@@ -45,7 +45,10 @@ class RecordSource:
     ``contract_version``: the pass it was asked and audited for; ``planner_version``: the
     planner that computed that pass; ``rejections``: the findings of each rejected
     candidate, in order (strings ``kind field: detail``, at most :data:`FINDINGS_SHOWN`
-    each)."""
+    each); ``waited_seconds``: how long the GET that runs the pass waited for the
+    summarizer's job of this fold (None: it did not wait), ``wait_ran_out``: the wait's
+    bound passed with the job still in flight (the record is then the deterministic one).
+    The wait is said by the pass that waited only (:meth:`from_dict` drops it)."""
 
     source: SourceName
     folded_seqs: tuple[int, ...]
@@ -54,6 +57,8 @@ class RecordSource:
     candidate: Mapping[str, Any] | None = None
     rejections: tuple[tuple[str, ...], ...] = ()
     error: str | None = None
+    waited_seconds: float | None = None
+    wait_ran_out: bool = False
 
     def matches(self, record: ProgressRecord) -> bool:
         """Whether this outcome is for exactly ``record``'s fold: the same folded seqs and
@@ -61,11 +66,15 @@ class RecordSource:
         return self.folded_seqs == tuple(record.folded_seqs) and self.contract_version == record.contract_version
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "folded_seqs": list(self.folded_seqs),
-                "contract_version": self.contract_version, "planner_version": self.planner_version,
-                "candidate": dict(self.candidate) if self.candidate is not None else None,
-                "rejected_candidates": len(self.rejections), "rejections": [list(r) for r in self.rejections],
-                "error": self.error}
+        """JSON form; ``wait`` ({seconds, ran_out}) only when the pass's GET waited."""
+        out = {"source": self.source, "folded_seqs": list(self.folded_seqs),
+               "contract_version": self.contract_version, "planner_version": self.planner_version,
+               "candidate": dict(self.candidate) if self.candidate is not None else None,
+               "rejected_candidates": len(self.rejections), "rejections": [list(r) for r in self.rejections],
+               "error": self.error}
+        if self.waited_seconds is not None:
+            out["wait"] = {"seconds": self.waited_seconds, "ran_out": self.wait_ran_out}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RecordSource:
