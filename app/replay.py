@@ -123,6 +123,7 @@ class ReplayReport:
     ctxd_totals: dict[str, int | None]
     provider_totals: dict[str, Any]
     notes: tuple[str, ...] = field(default=())
+    base_url: str = ""  # the server replayed against (printed links are absolute)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -320,6 +321,7 @@ def run_replay(
         ctxd_totals=_ctxd_totals(rows_t),
         provider_totals=_provider_totals(provider_usage_totals(traj)),
         notes=tuple(notes),
+        base_url=base or str(http.base_url).rstrip("/"),
     )
 
 
@@ -418,8 +420,8 @@ def print_report(report: ReplayReport, *, file: TextIO | None = None, table: boo
     s.add_row("elided", _fmt(c.get("elided_tokens")), "-")
     s.add_row("largest request", _fmt(c.get("max_request_tokens")), "-")
     console.print(s)
-    console.print(f"session {report.session_id}: look inside it at /ui/sessions/{report.session_id}, "
-                  f"or GET /v1/sessions/{report.session_id}/request", highlight=False)
+    console.print(f"session {report.session_id}: look inside it at {report.base_url}/ui/sessions/{report.session_id}, "
+                  f"or GET {report.base_url}/v1/sessions/{report.session_id}/request", highlight=False)
     for note in report.notes:
         console.print(f"note: {note}", style="dim", highlight=False)
 

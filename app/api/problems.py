@@ -148,8 +148,13 @@ def install(app: FastAPI) -> None:
         ]
         first = issues[0] if issues else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
-        return problem(422, "Invalid request", f"{where}: {first['msg']}" if where else str(first["msg"]),
-                       instance=request.url.path, errors=issues)
+        detail = f"{where}: {first['msg']}" if where else str(first["msg"])
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if first["loc"] == ["body"] and not (media == "application/json" or media.endswith("+json")):
+            # curl -d sends application/x-www-form-urlencoded: the body was never read as JSON
+            detail = (f"body: not read as JSON: the Content-Type is {media or 'missing'}; send "
+                      f"'Content-Type: application/json' ({first['msg']})")
+        return problem(422, "Invalid request", detail, instance=request.url.path, errors=issues)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -51,6 +51,21 @@ def test_malformed_json_is_400(client: TestClient, sid: str, path: str, raw: byt
     assert client.get(f"/v1/sessions/{sid}").json()["events"] == before
 
 
+@pytest.mark.parametrize("headers", [{}, {"content-type": "application/x-www-form-urlencoded"},
+                                     {"content-type": "text/plain"}])
+def test_a_json_body_sent_without_the_json_content_type_says_so(client: TestClient, headers: dict) -> None:
+    """``curl -d '{...}'`` without ``-H 'content-type: application/json'`` (a new user's first
+    mistake): still a 422 that stores nothing, but the detail names the Content-Type to send
+    (before: "body: Input should be a valid dictionary or object to extract fields from")."""
+    before = client.get("/v1/sessions").json()
+    r = client.post("/v1/sessions", content=json.dumps(SESSION).encode(), headers=headers)
+    body = assert_problem(r, 422)
+    media = headers.get("content-type", "missing")
+    assert body["detail"].startswith(f"body: not read as JSON: the Content-Type is {media}; "
+                                     "send 'Content-Type: application/json'"), body["detail"]
+    assert client.get("/v1/sessions").json() == before
+
+
 def test_depth_at_the_limit_is_accepted_one_more_is_422(client: TestClient) -> None:
     assert client.post("/v1/sessions", json=_nested(DEPTH)).status_code == 201
     body = assert_problem(client.post("/v1/sessions", json=_nested(DEPTH + 1)), 422)

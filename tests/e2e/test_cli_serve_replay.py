@@ -26,7 +26,7 @@ def test_serve_then_replay_over_http(server: str, tmp_path: Path) -> None:
     assert len(rows) == 16
     # the session is named, with where to look inside it (a new user had to list sessions to find it)
     sid = report["session_id"]
-    assert f"session {sid}: look inside it at /ui/sessions/{sid}" in done.stdout
+    assert f"session {sid}: look inside it at {server.rstrip('/')}/ui/sessions/{sid}" in done.stdout
     assert httpx.get(f"{server}/v1/sessions/{sid}").status_code == 200
     for row in rows:
         assert row["request_tokens"] == row["root"] + row["trunk"] + row["leaf"]
