@@ -37,8 +37,8 @@ from tests.deploy.conftest import PROMETHEUS_YML, RULES, dashboard_exprs
 from tests.traces import TRACES_DIR
 
 PROMETHEUS = "/usr/bin/prometheus"
-TRACE = TRACES_DIR / "pvlib__pvlib-python-1072__reasoner.traj.json"
-CALLS = 12  # GETs replayed: past qwen3's t_hi (8448 tokens), so at least one compaction pass
+TRACE = TRACES_DIR / "pvlib__pvlib-python-1707__chat.traj.json"
+CALLS = 10  # GETs replayed: past qwen3's t_hi (8448 tokens): select's first pass is at call 8 (ctxd eval), so at least one
 
 pytestmark = [
     pytest.mark.slow,
