@@ -275,6 +275,11 @@ _NAME_RE: Final = re.compile(r"(?<![\w./-])(?:\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*\w
                              r"|(?<![\w./])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w/])|(?<![\w])[A-Za-z_]\w*(?![\w])")
 
 
+#: escape sequences written inside the agent's strings (``printf "a\\nThe b"``): separators, so
+#: ``\\nThe`` yields no name ``nThe`` and ``\\nfoo_bar`` yields ``foo_bar``
+_ESCAPE_RE: Final = re.compile(r"\\[ntr]")
+
+
 def _is_name(word: str) -> bool:
     """Paths and dotted names; snake_case words, including a leading underscore (``_eval``)
     and dunders (``__init__``); CamelCase words. 3 characters or more."""
@@ -317,7 +322,7 @@ def names_of(groups: Sequence[TurnGroup]) -> tuple[str, ...]:
             if name not in seen and len(name) >= 3 and "<" not in name:
                 seen[name] = None
         for text in texts:
-            for m in _NAME_RE.finditer(text):
+            for m in _NAME_RE.finditer(_ESCAPE_RE.sub(" ", text)):
                 word = m.group(0)
                 if _is_name(word) and word not in seen:
                     seen[word] = None
