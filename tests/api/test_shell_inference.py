@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from app.adapters.miniswe import trajectory_events
+from app.main import create_app
+from app.services.shell_inference import ShellStates
+from app.settings import Settings
 from tests.api.test_api import BASH, new_session, post, result
 from tests.api.test_content_hash_api import _trajectory
 from tests.api.test_invalidation_api import bash, item, request, tool_contents, write
@@ -206,14 +210,44 @@ def test_server_inference_equals_the_adapter(client: TestClient) -> None:
 def test_state_survives_batches_and_a_new_process(client: TestClient) -> None:
     """A script written by a heredoc in one batch is known when ``python fix.py`` runs in a
     later one, also after the process-local state is dropped (rebuilt from the log)."""
-    from app.services import shell_inference
-
     sid = new_session(client)
     script = "cat > fix.py <<'EOF'\nopen('src/a.py', 'w').write('y = 1\\n')\nEOF"
     post(client, sid, bash("a1", "c1", script), result("t1", "c1", ""))
-    shell_inference._CACHE.clear()
+    client.app.state.shell_states.clear()  # type: ignore[attr-defined]
     post(client, sid, bash("a2", "c2", "python fix.py"), result("t2", "c2", ""))
     assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"fix.py": 1, "src/a.py": 1}
+
+
+def test_shell_states_are_an_app_state_cache_bounded_in_bytes(tmp_path: Path) -> None:
+    """Before: a module-global OrderedDict of 512 sessions, whatever the texts they hold.
+    After: ``app.state.shell_states``, a ByteLRU of ``CTXD_SHELL_STATE_BYTES`` sized by the
+    texts held: a session's state over the bound is not kept (its next batch rebuilds it
+    from the stored calls and still infers the copy's hash), a second session over the
+    bound drops the least recently used; 0 keeps none."""
+    def heredoc(name: str, text: str) -> str:
+        return f"cat > {name} <<'EOF'\n{text}EOF"
+
+    with TestClient(create_app(Settings(data_dir=tmp_path, shell_state_bytes=6000))) as c:
+        states = c.app.state.shell_states  # type: ignore[attr-defined]
+        assert isinstance(states, ShellStates) and states.max_bytes == 6000
+        small = new_session(c)
+        post(c, small, bash("a1", "c1", heredoc("a.txt", "x\n")), result("t1", "c1", ""))
+        assert [k for k, _ in states.items()] == [small] and 0 < states.current_bytes < 1000
+        big, text = new_session(c), "b" * 7000 + "\n"
+        post(c, big, bash("a1", "c1", heredoc("big.txt", text)), result("t1", "c1", ""))
+        assert [k for k, _ in states.items()] == [small], "a state over the bound is not kept"
+        post(c, big, bash("a2", "c2", "cp big.txt copy.txt"), result("t2", "c2", ""))
+        copy = [e for e in events(c, big) if e["kind"] == "artifact_write" and e["artifact"] == "copy.txt"]
+        assert [e["content_hash"] for e in copy] == [sha(text)], "rebuilt from the stored calls"
+        second, third = new_session(c), new_session(c)
+        for sid in (second, third):
+            post(c, sid, bash("a1", "c1", heredoc("m.txt", "m" * 3500 + "\n")), result("t1", "c1", ""))
+        assert [k for k, _ in states.items()] == [third] and states.evictions == 2, "least recently used dropped"
+        assert states.current_bytes <= 6000
+    with TestClient(create_app(Settings(data_dir=tmp_path / "none", shell_state_bytes=0))) as c:
+        assert c.app.state.shell_states is None  # type: ignore[attr-defined]
+        sid = config_by_events(c)
+        assert c.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"config.yaml": 1}
 
 
 def test_own_consecutive_writes_are_no_external_change(client: TestClient) -> None:

@@ -10,7 +10,7 @@ import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 
 from app.api.auth import Caller
-from app.api.deps import Candidates, Db, Memo, Meters, PassDueSignal, Profiles, SummaryWaitFor, Uow
+from app.api.deps import Candidates, Db, Memo, Meters, PassDueSignal, Profiles, ShellStateCache, SummaryWaitFor, Uow
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
 from app.api.schemas import (
@@ -86,7 +86,8 @@ def get_session(session_id: str, db: Db, profiles: Profiles) -> SessionOut:
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
 def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
-                memo: Memo, background: BackgroundTasks, caller: Caller) -> EventBatchOut:
+                memo: Memo, background: BackgroundTasks, caller: Caller, shell_states: ShellStateCache
+                ) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
     tool outputs' token counts are computed after the response (manifests report them).
     A batch that brings the tenant over its storage quota is 429 and stores nothing."""
@@ -94,7 +95,7 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
     settings = request.app.state.settings
     with uow() as db:
         out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes,
-                                            redact=settings.redact_secrets)
+                                            redact=settings.redact_secrets, shell_states=shell_states)
         tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
     _after_ingest(request, background, uow, profiles, meters, memo, session_id, out.pop("new_tool_outputs"),
                   created=any(r["status"] == "created" for r in out["results"]))
@@ -122,7 +123,7 @@ def _after_ingest(request: Request, background: BackgroundTasks, uow: Uow, profi
 @router.post("/sessions/{session_id}/messages", response_model=MessageBatchOut,
              responses=documented(400, 404, 409, 413))
 def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: Uow, profiles: Profiles,
-                  meters: Meters, memo: Memo, background: BackgroundTasks, caller: Caller,
+                  meters: Meters, memo: Memo, background: BackgroundTasks, caller: Caller, shell_states: ShellStateCache,
                   format: Annotated[Literal["openai", "anthropic"], Query(
                       description="the messages' format: openai (chat completions) or anthropic (Messages API)")]
                   = "openai") -> MessageBatchOut:
@@ -137,7 +138,7 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
     with uow() as db:
         out = message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
                                               meters=meters, max_payload_bytes=settings.max_payload_bytes,
-                                              redact=settings.redact_secrets)
+                                              redact=settings.redact_secrets, shell_states=shell_states)
         tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
     _after_ingest(request, background, uow, profiles, meters, memo, session_id, out.pop("new_tool_outputs"),
                   created=any(r["status"] == "created" for r in out["messages"]))
