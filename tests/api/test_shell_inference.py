@@ -10,6 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.adapters.miniswe import trajectory_events
@@ -248,6 +249,29 @@ def test_shell_states_are_an_app_state_cache_bounded_in_bytes(tmp_path: Path) ->
         assert c.app.state.shell_states is None  # type: ignore[attr-defined]
         sid = config_by_events(c)
         assert c.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"config.yaml": 1}
+
+
+@pytest.mark.parametrize("event", [
+    {"event_id": "infer:5:0", "kind": "artifact_write", "artifact": "config.yaml"},
+    {"event_id": "infer:x", "kind": "message", "role": "user", "content": "hi"},
+    {"event_id": "infer:", "kind": "tool_result", "call_id": "c1", "payload": "timeout: 30\n"},
+], ids=["artifact_write", "message", "tool_result"])
+def test_a_client_event_id_in_the_inferred_namespace_is_422(client: TestClient, event: dict) -> None:
+    """Before: a client could post ``infer:5:0`` itself (200), posing as an inferred write and
+    taking the id the server would give the write it infers at seq 5. After: 422
+    problem+json naming the field and the reserved prefix; nothing stored. Ids that only
+    look alike are still the client's."""
+    sid = new_session(client)
+    assert post(client, sid, bash("a1", "c1", "cat config.yaml")).status_code == 200
+    before = client.get(f"/v1/sessions/{sid}").json()
+    r = post(client, sid, event)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json"), r.text
+    problem = r.json()
+    assert problem["errors"][0]["loc"] == ["body", "events", 0, event["kind"], "event_id"], problem
+    assert "'infer:'" in problem["detail"] and "reserved" in problem["detail"], problem
+    assert client.get(f"/v1/sessions/{sid}").json() == before
+    alike = {**event, "event_id": "Infer:" + event["event_id"][6:] + "-client", "kind": event["kind"]}
+    assert post(client, sid, alike).status_code == 200
 
 
 def test_own_consecutive_writes_are_no_external_change(client: TestClient) -> None:
