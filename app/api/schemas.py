@@ -226,7 +226,8 @@ class SessionOut(BaseModel):
 class ChildCreate(_SessionOptions):
     """A child session for a sub-agent (issue 16 item 2): it inherits the parent's tenant
     and constraints verbatim (ids, texts, contract version); ``goal`` is the sub-task.
-    System text, tools, profile and model default to the parent's."""
+    System text, tools, profile and model default to the parent's, and so do the metadata
+    keys ``shell_tools`` and ``invalidation`` unless ``metadata`` gives them."""
 
     goal: NonBlank
     system: Annotated[str, NoNul] | None = None

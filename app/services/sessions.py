@@ -352,13 +352,22 @@ def _return_conclusion(db: OrmSession, parent_id: str, *, child: str, child_seq:
     return seq
 
 
+#: The metadata keys that govern how a session's events are ingested and served
+#: (``shell_tools``: inferred bindings, app/adapters/shell_tools.py; ``invalidation``:
+#: tombstone or notice, app/domain/planner.py): a child takes the parent's unless its create
+#: body gives the key.
+INHERITED_METADATA = ("shell_tools", "invalidation")
+
+
 def create_child(db: OrmSession, profiles: ProfileRegistry, parent_id: str, *, goal: str, system: str | None,
                  tools: list[dict[str, Any]] | None, metadata: dict[str, Any], meters: MeterRegistry | None = None,
                  profile: str | None = None, model: str | None = None) -> str:
     """Create a child session of ``parent_id`` for a sub-agent (issue 16 item 2; seed 001
     "Sub-agents as context isolation"): the parent's tenant, the parent's constraints
     verbatim (ids, texts and ``contract_version``) with ``goal`` as the child's goal; the
-    parent's system text, tools, profile and model unless given. Returns the child's id.
+    parent's system text, tools, profile and model unless given, and the parent's
+    :data:`INHERITED_METADATA` keys under the keys ``metadata`` gives (other keys of the
+    parent's metadata are its own). Returns the child's id.
 
     Raises:
         SessionNotFound: no such parent (404; the caller checked the tenant).
@@ -369,7 +378,9 @@ def create_child(db: OrmSession, profiles: ProfileRegistry, parent_id: str, *, g
                 "contract_version": int((parent.contract or {}).get("contract_version") or 1)}
     child = create_session(db, profiles, profile=profile or parent.profile, contract=contract,
                            system=parent.system if system is None else system,
-                           tools=list(parent.tools or []) if tools is None else tools, metadata=metadata,
+                           tools=list(parent.tools or []) if tools is None else tools,
+                           metadata={**{k: v for k, v in (parent.meta or {}).items() if k in INHERITED_METADATA},
+                                     **metadata},
                            meters=meters, model=model if model is not None else parent.model,
                            tenant_id=parent.tenant_id, parent_id=parent.id)
     return child

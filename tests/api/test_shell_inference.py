@@ -142,6 +142,44 @@ def test_explicit_shell_tool_with_its_own_argument(client: TestClient) -> None:
     assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"x.py": 1}
 
 
+def test_a_child_inherits_the_metadata_that_governs_ingest(client: TestClient) -> None:
+    """Before: a child of a session declaring ``run(script)`` as its shell tool (and notice
+    invalidation) got metadata {}: its ``run`` results were not inferred (artifacts {}) and
+    its stale reads were tombstoned. After: the child takes the parent's ``shell_tools`` and
+    ``invalidation`` (not the parent's other keys) unless its create body gives them."""
+    run = {"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"script": {"type": "string"}}}}}
+    shell_tools = [{"name": "run", "argument": "script"}]
+    parent = new_session(client, tools=[run], metadata={"shell_tools": shell_tools, "invalidation": "notice",
+                                                        "team": "parser"})
+
+    def child(**body: object) -> str:
+        r = client.post(f"/v1/sessions/{parent}/children", json={"goal": "Raise the timeout.", **body})
+        assert r.status_code == 201, r.text
+        sid: str = r.json()["id"]
+        for n, (command, output) in enumerate([("cat config.yaml", "timeout: 30\n"), (HEREDOC, "")], start=1):
+            call = {"event_id": f"a{n}", "kind": "message", "role": "assistant", "content": "", "tool_calls": [
+                {"call_id": f"c{n}", "name": "run", "arguments": json.dumps({"script": command})}]}
+            assert post(client, sid, call, result(f"t{n}", f"c{n}", output)).status_code == 200
+        return sid
+
+    inherited = child()
+    described = client.get(f"/v1/sessions/{inherited}").json()
+    assert described["metadata"] == {"shell_tools": shell_tools, "invalidation": "notice"}
+    assert described["artifacts"] == {"config.yaml": 1}
+    assert item(request(client, inherited)["manifest"], "t1")["state"] == "historical"
+    assert "timeout: 30" in tool_contents(request(client, inherited)["request"])["c1"], "notice: kept verbatim"
+    off = child(metadata={"shell_tools": [], "team": "child"})
+    assert client.get(f"/v1/sessions/{off}").json()["metadata"] == {"shell_tools": [], "invalidation": "notice",
+                                                                     "team": "child"}
+    assert client.get(f"/v1/sessions/{off}").json()["artifacts"] == {}
+    tombstone = child(metadata={"invalidation": "tombstone"})
+    assert client.get(f"/v1/sessions/{tombstone}").json()["metadata"] == {"shell_tools": shell_tools,
+                                                                          "invalidation": "tombstone"}
+    contents = tool_contents(request(client, tombstone)["request"])
+    assert "timeout: 30" not in contents["c1"] and contents["c1"].startswith("[ctxd tombstone: historical")
+
+
 def test_bad_shell_tools_metadata_is_422(client: TestClient) -> None:
     for bad in ("bash", [{"name": "bash"}], [{"name": "bash", "argument": 3}], [{"name": "", "argument": "c"}]):
         r = client.post("/v1/sessions", json={"contract": {"goal": "g"}, "tools": [BASH],

@@ -64,7 +64,8 @@ def create_child(session_id: str, body: ChildCreate, uow: Uow, profiles: Profile
                  caller: Caller) -> SessionCreated:
     """Create a child session for a sub-agent (issue 16): same tenant, the parent's
     constraints verbatim, ``goal`` the sub-task; system, tools, profile and model default to
-    the parent's. A ``conclusion`` event posted to the child returns to this session as one
+    the parent's, and so do metadata ``shell_tools`` and ``invalidation`` unless ``metadata``
+    gives them. A ``conclusion`` event posted to the child returns to this session as one
     observation naming the child and the handle of its text; nothing else of the child
     enters this session's requests. A session with children cannot be deleted (409)."""
     with uow() as db:
