@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import ctxd, free_port
+from app.native import free_port
+from tests.e2e.conftest import ctxd
 from tests.traces import TRACES_DIR as TRACES
 
 TRACE = TRACES / "pvlib__pvlib-python-1072__reasoner.traj.json"

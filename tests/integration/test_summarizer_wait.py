@@ -18,7 +18,6 @@ job of another fold is never waited for.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from app.main import create_app
 from app.settings import Settings
 from tests.api.test_api import SESSION
+from tests.in_thread import served
 from tests.integration.test_summarizer import Script, server  # noqa: F401  (the loopback summarizer fixture)
 from tests.integration.test_summarizer_pass import MODEL_STEP, SMALL, correct, turn
 
@@ -46,33 +45,19 @@ def slow(seconds: float) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 @contextmanager
 def serve(tmp_path: Path, summarizer_url: str, wait: float) -> Iterator[tuple[httpx.Client, Any]]:
-    """ctxd served by uvicorn on a free loopback port (as tests/api/test_schema_fuzz.py
-    does), ready; yields a keep-alive client (an agent's) and the app."""
+    """ctxd served by uvicorn on a free loopback port (tests/in_thread.py), ready; yields a
+    keep-alive client (an agent's) and the app."""
     profiles = tmp_path / "profiles.toml"
     profiles.write_text(SMALL)
     app = create_app(Settings(data_dir=tmp_path / f"data-{wait}", profiles_path=profiles, rate_limit="",
                               summarizer_url=summarizer_url, summarizer_timeout_seconds=30,
                               summarizer_wait_seconds=wait))
-    server_ = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server_.run, name="ctxd-wait-server", daemon=True)
-    thread.start()
-    try:
+    with served(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        yield client, app
+        # let the last summarizer job end before the server stops
         deadline = time.monotonic() + 120
-        while not server_.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        while len(app.state.summary_jobs) and time.monotonic() < deadline:
             time.sleep(0.05)
-        url = f"http://127.0.0.1:{server_.servers[0].sockets[0].getsockname()[1]}"
-        with httpx.Client(base_url=url, timeout=60) as client:
-            while client.get("/readyz").status_code != 200:
-                assert time.monotonic() < deadline, "the tokenizer did not load in 120 s"
-                time.sleep(0.2)
-            yield client, app
-            # let the last summarizer job end before the server stops
-            while len(app.state.summary_jobs) and time.monotonic() < deadline:
-                time.sleep(0.05)
-    finally:
-        server_.should_exit = True
-        thread.join(timeout=30)
 
 
 def agent_until_pass(client: httpx.Client, sid: str) -> tuple[dict[str, Any], float, list[float]]:
