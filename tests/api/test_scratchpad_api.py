@@ -134,6 +134,35 @@ def test_plan_is_folded_into_the_record_at_a_pass_and_later_versions_append(clie
     accounted(after["manifest"])
 
 
+def test_a_plan_longer_than_half_the_record_budget_is_cut_around_its_handle(client: TestClient) -> None:
+    """A plan of ~15,800 tokens folded at a pass made a record of 16,006 tokens against its
+    budget of 1,500 (task_state over its role limit, unannounced). The record now keeps the
+    plan's first and last lines within half its budget, and names the handle of the whole."""
+    sid = new_session(client)
+    big = "\n".join(f"{i}. step {i}: inspect module_{i}.py and fix function_{i} carefully" for i in range(600))
+    events = [user("u", "Fix the parser."), plan("p1", big),
+              *older_history("qwen3", groups=5), parallel_turn("newest", "n", 3), *results("qwen3", "n", [2000] * 3)]
+    assert post(client, sid, *events).status_code == 200
+    got = get(client, sid)
+    manifest, trunk = got["manifest"], got["request"]["messages"][1]["content"]
+    assert manifest["compaction"]["pass"]
+    record = manifest["compaction"]["record"]
+    assert record["tokens"] <= record["budget"] == 1500
+    assert manifest["tokens"]["by_role"]["task_state"] <= manifest["budget"]["role_limits"]["task_state"]
+    handle = items_by_seq(manifest)[2]["handle"]
+    folded = client.get(f"/v1/sessions/{sid}/record").json()["record"]["plan"]["text"]
+    lines = folded.split("\n")
+    assert lines[0] == "0. step 0: inspect module_0.py and fix function_0 carefully"
+    assert lines[-1] == "599. step 599: inspect module_599.py and fix function_599 carefully"
+    marker = next(line for line in lines if line.startswith("[... "))
+    cut = [line for line in big.split("\n") if line not in lines]
+    assert marker == (f"[... {len(cut):,} lines ({len(chr(10).join(cut).encode()):,} bytes) of this plan cut here to "
+                      f"fit the record; the whole plan is handle {handle[:12]} ...]")
+    assert count_text(client, folded) <= 750 and folded in trunk
+    assert client.get(f"/v1/handles/{handle[:12]}").content == big.encode()
+    accounted(manifest)
+
+
 # --------------------------------------------------------------------------- documents
 
 
