@@ -4,10 +4,8 @@ own, and the migration goes down and up again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 from fastapi.testclient import TestClient
@@ -37,14 +35,6 @@ def seed_old_session(url: str, revision: str, *, last_seq: int = 0) -> None:
             conn.execute(OLD_SESSION, {"id": OLD_ID, "last_seq": last_seq})
     finally:
         engine.dispose()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
-        return factory()
-    return f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
 
 
 def _columns(url: str) -> set[str]:

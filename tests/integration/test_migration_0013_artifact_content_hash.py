@@ -15,12 +15,10 @@ from sqlalchemy import create_engine, text
 from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
-from tests.integration import test_migration_0004_session_model
 from tests.integration.test_migration_0004_session_model import OLD_ID, seed_old_session
 
 PREVIOUS = "0012_session_parent"
 SID = OLD_ID
-database_url = test_migration_0004_session_model.database_url  # the fixture: both databases
 
 
 def _read(artifact: str, revision: int, content_hash: str, rng: str | None = None) -> dict:
