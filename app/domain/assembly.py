@@ -302,6 +302,54 @@ def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: in
     return BoundedResult(head + marker + tail, payload_tokens, elided, span, size, lines, neutralised)
 
 
+def bound_documents(documents: Sequence[DocumentEvent], meter: TokenMeter,
+                    cap_tokens: int) -> tuple[tuple[DocumentEvent, ...], dict[int, ElidedSpan]]:
+    """The current retrieved documents as the leaf shows them (issue 16 item 3): a text
+    within ``cap_tokens`` (the per-item cap of tool outputs) unchanged; a longer one cut to
+    a head and a tail (half the cap each) around a marker naming the document's handle and
+    the elided lines and bytes, like :func:`bound_tool_output`. Returns the documents and
+    the elided span by seq of those cut. Before: a 37,559-token document was pinned whole,
+    and every GET of its session was a 422 until the agent replaced it."""
+    shown: list[DocumentEvent] = []
+    spans: dict[int, ElidedSpan] = {}
+    for doc in documents:
+        cut = meter.cut_ends(doc.text, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+        if cut is None:
+            shown.append(doc)
+            continue
+        head, tail = cut
+        span = spans[doc.seq] = elided_span(doc.text, head, tail)
+        marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) elided by ctxd; the whole document is handle "
+                  f"{doc.handle}: GET /v1/handles/{doc.handle}?lines={span.first_line}:{span.last_line} ...]\n")
+        shown.append(replace(doc, text=head + marker + tail))
+    return tuple(shown), spans
+
+
+def bound_user_message(meter: TokenMeter, message: MessageEvent,
+                       cap_tokens: int) -> tuple[MessageEvent, ElidedSpan | None]:
+    """A user message as the leaf shows it: unchanged within ``cap_tokens`` (the
+    observations role's share of input_limit; input_limit without shares), else a head and a tail (half the cap each)
+    around a marker naming the message's handle and the elided lines and bytes, like
+    :func:`bound_tool_output`. Returns the message and the elided span (None: not cut).
+    A text of at most ``cap_tokens`` characters is not tokenized.
+
+    Before: the newest user message is pinned, so one of ~30,300 tokens (over qwen3's
+    input_limit of 28,160) made every GET of its session a 422 until another user message
+    came (the peer fault of gi-dellav/zerostack#132: an oversized message stayed in the
+    history and was refused on every following turn)."""
+    if message.role != "user" or len(message.content) <= cap_tokens:
+        return message, None
+    cut = meter.cut_ends(message.content, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+    if cut is None:
+        return message, None
+    head, tail = cut
+    span = elided_span(message.content, head, tail)
+    marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) of this message elided by ctxd (its lines "
+              f"{span.first_line}-{span.last_line}); the whole message is handle {message.handle}: GET "
+              f"/v1/handles/{message.handle} (JSON, the text in its content field) ...]\n")
+    return replace(message, content=head + marker + tail), span
+
+
 def capped_tokens(meter: TokenMeter, text: str, cap_tokens: int) -> int:
     """``min(tokens of text, cap_tokens)``, tokenizing at most windows at the ends of a long
     text (``meter.cut_ends``, memoized): a 2 MB output is not tokenized whole to learn that
@@ -776,7 +824,8 @@ def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: 
 
 
 def _side_items(documents: Documents, side_events: Sequence[Event], conversation: Conversation, *, boundary: int,
-                folded: frozenset[int], why_folded: Callable[[int], str]) -> list[Item]:
+                folded: frozenset[int], why_folded: Callable[[int], str],
+                document_spans: Mapping[int, ElidedSpan] | None = None) -> list[Item]:
     """Manifest items of the retrieved documents and a child's conclusions (issue 16): a
     current document is verbatim in the leaf next to the instruction (any seq); a replaced
     one (and a conclusion) from ``boundary`` on is folded when the record lists its seq
@@ -785,10 +834,14 @@ def _side_items(documents: Documents, side_events: Sequence[Event], conversation
     out = []
     for doc in documents.current:
         broken = neutralised.get(doc.seq, 0)
+        span = (document_spans or {}).get(doc.seq)
+        why = f"current retrieved document [{doc.key}]: next to the instruction, at the end of the leaf"
         out.append(Item(seq=doc.seq, event_id=doc.event_id, kind="document", handle=doc.handle, zone="leaf",
-                        representation=Representation.VERBATIM,
-                        why=f"current retrieved document [{doc.key}]: next to the instruction, at the end of the leaf",
-                        transforms=(neutralise_transform(broken),) if broken else ()))
+                        representation=Representation.HEAD_TAIL if span else Representation.VERBATIM,
+                        why=why + (" (over the per-item cap: head + tail)" if span else ""),
+                        transforms=(neutralise_transform(broken),) if broken else (),
+                        elided_bytes=span.bytes if span else None,
+                        elided_lines=(span.first_line, span.last_line) if span else None))
     for event in side_events:
         if event.seq < boundary:
             continue
@@ -821,7 +874,7 @@ _LEAF_WHY = {  # issue 16: events that enter the leaf as a user message of their
 
 def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], messages: Sequence[LeafMessage],
                  placement: str, bindings: Mapping[int, tuple[Binding, ...]],
-                 fitted: FittedGroup | None = None) -> list[Item]:
+                 fitted: FittedGroup | None = None, message_span: ElidedSpan | None = None) -> list[Item]:
     """The manifest items of ``group``'s events, before invalidation (which
     :func:`_with_invalidation` adds per request): ``placement`` KEPT (in the leaf) or
     EVICTED. ``bounded``: its results at the per-item cap (their sizes and counts);
@@ -863,6 +916,13 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
                         why="every tool call of this turn still awaits its result; it enters with the first result")
         elif (reason := unsent_reason(group)) is not None:
             item = Item(**known, zone=None, representation=Representation.DROPPED, why=reason)
+        elif message_span is not None and event is group.message:
+            item = Item(**known, zone="leaf", representation=Representation.HEAD_TAIL,
+                        transforms=tuple(leaf_transforms(group)),
+                        why=_LEAF_WHY.get(group.message.kind, "recent turn") + " (over the observations share of "
+                            "input_limit: head + tail)",
+                        elided_bytes=message_span.bytes,
+                        elided_lines=(message_span.first_line, message_span.last_line))
         else:
             item = Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
                         transforms=tuple(leaf_transforms(group)) if event is group.message else (),
@@ -920,7 +980,7 @@ class _GroupView:
     count learnt later changes the items only. Invalidation is applied per request, on top
     (``apply_invalidation``, ``_with_invalidation``)."""
 
-    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "messages")
+    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "message_span", "messages")
 
     def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
                  counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
@@ -930,6 +990,7 @@ class _GroupView:
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
         self.invalidated: dict[Any, Any] = {}  # _with_invalidation's memo
+        self.message_span: ElidedSpan | None = None  # a user message cut to head + tail (bound_user_message)
 
     def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...],
               bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Item, ...]:
@@ -937,7 +998,7 @@ class _GroupView:
         if found is None:
             bounded = self._bounded[counts]
             found = self._items[(placement, counts)] = tuple(_group_items(group, bounded, self.messages, placement,
-                                                                          bindings))
+                                                                          bindings, message_span=self.message_span))
         return found
 
     def warnings(self, group: TurnGroup, declared: frozenset[str]) -> tuple[str, ...]:
@@ -948,14 +1009,15 @@ class _GroupView:
 
 def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
                  item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
-                 bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
+                 bindings: Mapping[int, tuple[Binding, ...]],
+                 message_cap_tokens: int) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
     """Each group's :class:`_GroupView` (from ``cache``, the session's leaf cache, or built)
     and its results' known token counts. A payload's bounded form is also kept by value
     (meter, cap, handle, payload, known count), so an output posted again in another group
     is cut once. Views not used by this call are dropped once they outnumber the groups
     (events read again as new objects would otherwise pile up)."""
     views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
-                                                                render_reasoning), {})
+                                                                render_reasoning, message_cap_tokens), {})
     out: list[_GroupView] = []
     all_counts: list[tuple[int | None, ...]] = []
     keys = []
@@ -985,8 +1047,11 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
         view = views.get(key)
         if view is None:
             bounded = bound(results)
-            messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings, bindings))
+            message, span = bound_user_message(meter, group.message, message_cap_tokens)
+            shown = replace(group, message=message) if span is not None else group
+            messages = tuple(_leaf_messages(shown, bounded, render_reasoning, meter.control_strings, bindings))
             view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
+            view.message_span = span
         elif counts not in view._bounded:
             view._bounded[counts] = bound(results)
         out.append(view)
@@ -1072,6 +1137,7 @@ def assemble_window(
     grouping = _Grouping.of(events, cache)
     groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
     documents = current_documents(grouping.documents)
+    shown_documents, document_spans = bound_documents(documents.current, meter, item_cap_tokens)
     plan_seqs = frozenset(p.seq for p in grouping.plans)
     known = payload_tokens or {}
     options = invalidation or InvalidationOptions()
@@ -1082,7 +1148,8 @@ def assemble_window(
     bindings = {seq: node.bindings for seq, node in graph.observations.items()}
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
                              deferred=options.deferred, shown_upto=options.shown_upto)
-    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings)
+    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
+                                       budget.role_limits()["observations"] or budget.input_limit)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
         bounded.update(view._bounded[group_counts])  # built by _group_views
@@ -1134,7 +1201,7 @@ def assemble_window(
                                              count=meter.count_text)
             record_trunk = (text, records[k].index_payloads)
         conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings, cache,
-                                              record_trunk=record_trunk, documents=documents.current)
+                                              record_trunk=record_trunk, documents=shown_documents)
         return conv, plan_roles(meter.measure(conv), conv, plan_seqs, meter)
 
     conversation, measurement = build(first_kept)
@@ -1337,7 +1404,8 @@ def assemble_window(
                       representation=Representation(n["representation"]), why=n["why"])
                  for n in note_items(events) if n["seq"] >= boundary)
     items.extend(_side_items(documents, side_events, conversation, boundary=boundary, folded=folded_now,
-                             why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq)))
+                             why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq),
+                             document_spans=document_spans))
     if fold is not None:  # bookkeeping before the fold point (writes, notes, older steps) is in the record
         items = [replace(i, representation=Representation.FOLDED, zone="trunk",
                          why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq))

@@ -198,6 +198,38 @@ def test_documents_sit_next_to_the_instruction_and_are_replaced_by_key(client: T
     accounted(after["manifest"])
 
 
+def test_a_document_over_the_per_item_cap_is_cut_to_head_and_tail_around_its_handle(client: TestClient) -> None:
+    """A retrieved document of ~37,600 tokens was pinned whole next to the instruction, so
+    every GET of its session was a 422 (pinned content over input_limit) until the agent
+    replaced it. It is now cut like a tool output: head + tail at the per-item cap, the
+    marker naming the handle and the elided line range, which reads back the cut part."""
+    sid = new_session(client)
+    big = "\n".join(f"{i}. see module_{i}.py: function_{i} returns a list" for i in range(1400))
+    assert post(client, sid, user("u", "Fix it."), document("d1", "api", big), assistant("a1", "c1"),
+                result("r1", "c1", "ok")).status_code == 200
+    got = get(client, sid)
+    manifest, last = got["manifest"], got["request"]["messages"][-1]["content"]
+    item = items_by_seq(manifest)[2]
+    assert (item["kind"], item["representation"], item["zone"]) == ("document", "head_tail", "leaf")
+    first, end = item["elided_lines"]
+    handle = item["handle"]
+    assert last.startswith("## Retrieved document [api] from https://docs.example/api (seq 2, handle ")
+    assert "0. see module_0.py" in last and last.endswith("1399. see module_1399.py: function_1399 returns a list")
+    marker = (f"[... {end - first + 1:,} lines ({item['elided_bytes']:,} bytes) elided by ctxd; the whole document is "
+              f"handle {handle}: GET /v1/handles/{handle}?lines={first}:{end} ...]")
+    assert marker in last
+    cut = client.get(f"/v1/handles/{handle}", params={"lines": f"{first}:{end}"}).text
+    assert cut.split("\n")[0] == big.split("\n")[first - 1] and cut.rstrip("\n").split("\n")[-1] == big.split("\n")[end - 1]
+    assert client.get(f"/v1/handles/{handle}").content == big.encode()
+    assert manifest["tokens"]["by_role"]["observations"] <= manifest["budget"]["role_limits"]["observations"]
+    accounted(manifest)
+    # a short document of the same key replaces it, verbatim
+    assert post(client, sid, document("d2", "api", "parse(s) -> list")).status_code == 200
+    after = get(client, sid)["manifest"]
+    assert items_by_seq(after)[5]["representation"] == "verbatim"
+    assert items_by_seq(after)[2]["representation"] == "superseded"
+
+
 def test_replaced_documents_fold_to_one_line_with_their_handle_at_a_pass(client: TestClient) -> None:
     sid = new_session(client)
     events = [user("u", "Use the new API."), document("d1", "api", "OLD API TEXT " * 20),
