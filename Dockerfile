@@ -16,13 +16,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/ctxd
 ENV PATH=/opt/ctxd/bin:$PATH
 WORKDIR /src
-# Dependencies first, in their own layer: rebuilt only when the lock changes.
-COPY requirements.lock ./
-RUN pip install --require-hashes --no-deps -r requirements.lock
+# Dependencies first, in their own layer: rebuilt only when the locks change. The build
+# tools (pyproject's [build-system]) are locked too and used without build isolation, so
+# nothing in the image comes from an unpinned, unhashed download.
+COPY requirements.lock requirements-build.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock -r requirements-build.lock
 # The project, built as a wheel and installed without touching the locked dependencies.
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN pip wheel --no-deps --wheel-dir /wheels . \
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip install --no-deps --no-index /wheels/ctxd-*.whl \
  && pip check \
  && python -c "import app.cli, app.main"

@@ -8,6 +8,8 @@
 # requirements.lock      the service's runtime dependencies: the image installs it
 # requirements-dev.lock  runtime + the test, eval and load extras, constrained to the same
 #                        runtime pins: .ci/run installs it
+# requirements-build.lock  pyproject's [build-system] requires (setuptools, wheel): the image
+#                        builds ctxd's wheel with them, --no-build-isolation (nothing unpinned)
 # Both universal for CPython 3.11 (environment markers where a dependency is platform-
 # specific), with the hashes of every file of each pinned version: the same lock installs
 # on x86_64 and aarch64. tests/unit/test_lock.py checks that they agree with pyproject.toml.
@@ -20,5 +22,11 @@ common=(--generate-hashes --universal --python-version 3.11 --no-annotate
 "$UV" pip compile pyproject.toml "${common[@]}" -o requirements.lock "$@"
 "$UV" pip compile pyproject.toml --extra test --extra eval --extra load -c requirements.lock "${common[@]}" \
     -o requirements-dev.lock "$@"
+build_in="$(mktemp)"
+trap 'rm -f "$build_in"' EXIT
+python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' \
+    > "$build_in"
+"$UV" pip compile "$build_in" "${common[@]}" -o requirements-build.lock "$@"
 echo "wrote requirements.lock ($(grep -c '^[a-z0-9]' requirements.lock) packages)" \
-     "and requirements-dev.lock ($(grep -c '^[a-z0-9]' requirements-dev.lock) packages)"
+     "requirements-dev.lock ($(grep -c '^[a-z0-9]' requirements-dev.lock) packages)" \
+     "and requirements-build.lock ($(grep -c '^[a-z0-9]' requirements-build.lock) packages)"

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from ctxd_client import (
+    AsyncClient,
     AsyncSession,
     Client,
     ConflictError,
@@ -208,3 +209,37 @@ def test_search_finds_a_posted_tool_output_and_its_lines_read_back(ctxd_url: str
     assert match["lines"] == "3:3" and match["handle"] == hit["handle"]
     assert session.handle(match["handle"], lines=match["lines"]) == "def get_template_tag_modules():\n"
     assert session.search("get_template_tag_modulez")["hits"] == []
+
+
+def test_recall_runs_a_recall_tool_call_as_the_sdk_returns_it(ctxd_url: str) -> None:
+    """session.recall executes a `recall` tool call (the arguments JSON string from the SDK):
+    a query lists the matches with handle and line range, a handle reads the lines back, a
+    refused call (query under 3 characters, unknown handle) is a tool result the model reads,
+    not an exception in the agent's loop; async the same. Before: users copied run_recall
+    from the README."""
+    session = Session.create(goal="Find the helper.", url=ctxd_url)
+    output = "import os\n\ndef get_template_tag_modules():\n    return []\n"
+    session.post([{"role": "user", "content": "Where is the helper?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_g", "type": "function",
+                       "function": {"name": "bash", "arguments": '{"command": "cat tags.py"}'}}]},
+                  {"role": "tool", "tool_call_id": "call_g", "content": output}])
+    found = session.recall('{"query": "get_template_tag_modules", "context": 0}')
+    handle = session.search("get_template_tag_modules")["hits"][0]["handle"]
+    assert found.startswith(f"seq 3 tool_result, handle {handle[:12]} lines 3:3:\n")
+    assert "def get_template_tag_modules():" in found
+    assert session.recall({"handle": handle[:12], "lines": "3:3"}) == "def get_template_tag_modules():\n"
+    assert session.recall({"query": "nothing_like_this"}) == "no match"
+    assert session.recall({"query": "ab"}).startswith("recall failed (422): ")
+    assert session.recall({"handle": "f" * 64}).startswith("recall failed (404): ")
+    with pytest.raises(ValueError, match="JSON object"):
+        session.recall("[1, 2]")
+
+    async def flow() -> str:
+        async_session = AsyncSession(AsyncClient(ctxd_url), session.id)
+        try:
+            return await async_session.recall({"handle": handle, "lines": "3:3"})
+        finally:
+            await async_session.client.aclose()
+
+    assert asyncio.run(flow()) == "def get_template_tag_modules():\n"

@@ -80,12 +80,15 @@ def test_runtime_runs_as_a_non_root_user_and_checks_readiness(dockerfile: list[I
 
 def test_builder_installs_the_hashed_lock_and_a_wheel_not_an_editable(dockerfile: list[Instruction]) -> None:
     runs = " && ".join(_stage(dockerfile, "builder", "RUN"))
-    assert "pip install --require-hashes --no-deps -r requirements.lock" in runs
-    assert "pip wheel --no-deps" in runs and re.search(r"pip install --no-deps --no-index \S+\.whl", runs)
+    assert "pip install --require-hashes --no-deps -r requirements.lock -r requirements-build.lock" in runs
+    # the build tools come from the hashed build lock, not from an isolated, unpinned download
+    assert "pip wheel --no-deps --no-build-isolation" in runs
+    assert re.search(r"pip install --no-deps --no-index \S+\.whl", runs)
     assert " -e " not in runs and "--editable" not in runs
     copies = [a.split()[:-1] for a in _stage(dockerfile, "builder", "COPY")]
     copied = [source for sources in copies for source in sources]
-    assert copies.index(["requirements.lock"]) < next(i for i, c in enumerate(copies) if "app" in c)  # own layer
+    assert copies.index(["requirements.lock", "requirements-build.lock"]) < next(
+        i for i, c in enumerate(copies) if "app" in c)  # own layer
     assert all((REPO / source).exists() for source in copied), copied
     ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}

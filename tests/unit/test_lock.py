@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUNTIME_LOCK = REPO / "requirements.lock"
 DEV_LOCK = REPO / "requirements-dev.lock"
 DEV_EXTRAS = ("test", "eval", "load")
-RELOCK = "re-lock with `bash deploy/lock.sh` (uv; needs PyPI) and commit both lock files"
+RELOCK = "re-lock with `bash deploy/lock.sh` (uv; needs PyPI) and commit the lock files"
 
 
 @dataclass(frozen=True)
@@ -180,3 +180,15 @@ def test_parse_lock_reads_markers_and_refuses_ranges() -> None:
     assert parsed["c"].hashes == ("1" * 64,) and not parsed["c"].applies
     with pytest.raises(ValueError, match="not an exact pin"):
         parse_lock("d>=1 --hash=sha256:" + "2" * 64)
+
+
+def test_the_build_lock_pins_pyprojects_build_requirements_with_hashes() -> None:
+    """The image builds ctxd's wheel with ``--no-build-isolation`` from the tools in
+    ``requirements-build.lock`` (before: ``pip wheel`` fetched ``setuptools>=68`` and
+    ``wheel`` unpinned and unhashed at build time)."""
+    build = parse_lock((REPO / "requirements-build.lock").read_text(encoding="utf-8"))
+    assert [e.name for e in build.values() if not e.hashes] == []
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["build-system"]["requires"]
+    for req in map(Requirement, requires):
+        entry = build.get(canonicalize_name(req.name))
+        assert entry is not None and req.specifier.contains(entry.version), f"{req}: {RELOCK}"

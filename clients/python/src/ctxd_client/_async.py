@@ -12,6 +12,7 @@ from tenacity import AsyncRetrying
 from ctxd_client._core import (
     DEFAULT_RETRY,
     AssembledRequest,
+    CtxdError,
     Format,
     MessageLog,
     PostFormat,
@@ -21,6 +22,9 @@ from ctxd_client._core import (
     http_options,
     merge_answers,
     post_plan,
+    recall_call,
+    recall_failed,
+    recall_text,
     search_params,
     session_body,
 )
@@ -98,6 +102,14 @@ class AsyncSession:
         out: dict[str, Any] = (await self.client.call("GET", f"/v1/sessions/{self.id}/search",
                                                       params=search_params(q, limit, context, cursor))).json()
         return out
+
+    async def recall(self, arguments: Mapping[str, Any] | str) -> str:
+        path, params = recall_call(arguments)
+        try:
+            response = await self.client.call("GET", f"/v1/sessions/{self.id}/{path}", params=params)
+        except CtxdError as exc:
+            return recall_failed(exc)
+        return recall_text(path, response)
 
     async def info(self) -> dict[str, Any]:
         out: dict[str, Any] = (await self.client.call("GET", f"/v1/sessions/{self.id}")).json()

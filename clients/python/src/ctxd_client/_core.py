@@ -254,3 +254,43 @@ def merge_answers(kind: str, answers: list[dict[str, Any]]) -> dict[str, Any]:
 
 def chunks(items: Sequence[Any], size: int = BATCH) -> list[Sequence[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)] or [items]
+
+
+RECALL_TOOL_NAME = "recall"
+RECALL_HITS = 5
+
+
+def recall_call(arguments: Mapping[str, Any] | str) -> tuple[str, dict[str, Any]]:
+    """What a ``recall`` tool call asks (the declaration a profile with ``recall = true``
+    adds; README "Recall"): ``("handle/<h>", {"lines": ...})`` to read a stored output back,
+    or ``("search", {"q": ..., "limit": 5, "context": ...})`` to find earlier content.
+    ``arguments``: the call's arguments, a mapping or the JSON string an SDK returns.
+    Raises ValueError when they are not a JSON object."""
+    args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    if not isinstance(args, dict):
+        raise ValueError("recall arguments must be a JSON object")  # noqa: TRY004 (as json.loads raises)
+    if args.get("handle"):
+        return f"handles/{args['handle']}", handle_params(args.get("lines"), None, None)
+    return "search", search_params(str(args.get("query", "")), RECALL_HITS, args.get("context", 2), None)
+
+
+def recall_text(path: str, response: httpx.Response) -> str:
+    """The text to post as a ``recall`` call's tool result (``path`` from
+    :func:`recall_call`): the payload read back, or the search hits one per match (seq,
+    kind, handle or field, line range, the lines), or "no match"."""
+    if path != "search":
+        return response.text
+    found = [f"seq {hit['seq']} {hit['kind']}, "
+             + (f"handle {m['handle'][:12]} lines {m['lines']}" if m.get("handle") else f"{m['field']} lines {m['lines']}")
+             + f":\n{m['text']}"
+             for hit in response.json()["hits"] for m in hit["matches"]]
+    return "\n".join(found) or "no match"
+
+
+def recall_failed(exc: CtxdError) -> str:
+    """A refused ``recall`` call (4xx: an unknown handle, a query under 3 characters, bad
+    lines) as the tool result the model reads to correct its call. Re-raises a retryable or
+    server error (429, 5xx): the agent's loop should see those."""
+    if exc.status == 429 or exc.status >= 500:
+        raise exc
+    return f"recall failed ({exc.status}): {exc.problem.get('detail', exc.problem.get('title', ''))}"

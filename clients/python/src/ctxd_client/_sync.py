@@ -12,6 +12,7 @@ from tenacity import Retrying
 from ctxd_client._core import (
     DEFAULT_RETRY,
     AssembledRequest,
+    CtxdError,
     Format,
     MessageLog,
     PostFormat,
@@ -21,6 +22,9 @@ from ctxd_client._core import (
     http_options,
     merge_answers,
     post_plan,
+    recall_call,
+    recall_failed,
+    recall_text,
     search_params,
     session_body,
 )
@@ -116,6 +120,20 @@ class Session:
         out: dict[str, Any] = self.client.call("GET", f"/v1/sessions/{self.id}/search",
                                                params=search_params(q, limit, context, cursor)).json()
         return out
+
+    def recall(self, arguments: Mapping[str, Any] | str) -> str:
+        """Execute a ``recall`` tool call (a profile with ``recall = true`` declares the tool;
+        README "Recall"): ``arguments`` as the SDK returns them (JSON string or mapping),
+        ``{"query": ...}`` searches the session, ``{"handle": ..., "lines": "a:b"}`` reads a
+        stored output back. Returns the text to post as the call's tool result; a refused
+        call (4xx) becomes "recall failed (status): detail" for the model to correct.
+        Raises ValueError (arguments not a JSON object) and retryable or server errors."""
+        path, params = recall_call(arguments)
+        try:
+            response = self.client.call("GET", f"/v1/sessions/{self.id}/{path}", params=params)
+        except CtxdError as exc:
+            return recall_failed(exc)
+        return recall_text(path, response)
 
     def info(self) -> dict[str, Any]:
         """The session (``GET /v1/sessions/{id}``)."""
