@@ -31,6 +31,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
+
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.cuts import windowed_head_tail
 from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
@@ -200,6 +202,16 @@ def control_strings(tokenizer: Any) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+def _canonical_json(value: Any) -> bytes:
+    """Compact JSON of ``value`` with sorted keys (orjson's, or ``json``'s prefixed ``json:``
+    for what orjson refuses, e.g. an integer beyond 64 bits): a cache key's text, distinct
+    for values that render differently (``1``, ``1.0`` and ``true`` differ)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return b"json:" + json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
 def _plain_backend(tokenizer: Any) -> Any | None:
     """The ``tokenizers.Tokenizer`` behind a fast transformers tokenizer, when encoding with
     it gives what ``tokenizer.encode(text, add_special_tokens=False)`` gives (no truncation,
@@ -354,7 +366,7 @@ class HFChatMeter:
         trunk; cached by their content (they change only when the trunk is rewritten).
         Raises TemplateUnsupported (a 500 problem: the profile's, not the caller's) when the
         template renders the trunk differently with and without tools."""
-        key = hashlib.sha256(json.dumps([messages[:2], tools], sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha256(_canonical_json([messages[:2], tools])).hexdigest()
         known = self._heads.get(key)
         if known is not None:
             return known
