@@ -305,6 +305,29 @@ def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: in
     return BoundedResult(head + marker + tail, payload_tokens, elided, span, size, lines, neutralised)
 
 
+def bound_documents(documents: Sequence[DocumentEvent], meter: TokenMeter,
+                    cap_tokens: int) -> tuple[tuple[DocumentEvent, ...], dict[int, ElidedSpan]]:
+    """The current retrieved documents as the leaf shows them (issue 16 item 3): a text
+    within ``cap_tokens`` (the per-item cap of tool outputs) unchanged; a longer one cut to
+    a head and a tail (half the cap each) around a marker naming the document's handle and
+    the elided lines and bytes, like :func:`bound_tool_output`. Returns the documents and
+    the elided span by seq of those cut. Before: a 37,559-token document was pinned whole,
+    and every GET of its session was a 422 until the agent replaced it."""
+    shown: list[DocumentEvent] = []
+    spans: dict[int, ElidedSpan] = {}
+    for doc in documents:
+        cut = meter.cut_ends(doc.text, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+        if cut is None:
+            shown.append(doc)
+            continue
+        head, tail = cut
+        span = spans[doc.seq] = elided_span(doc.text, head, tail)
+        marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) elided by ctxd; the whole document is handle "
+                  f"{doc.handle}: GET /v1/handles/{doc.handle}?lines={span.first_line}:{span.last_line} ...]\n")
+        shown.append(replace(doc, text=head + marker + tail))
+    return tuple(shown), spans
+
+
 def capped_tokens(meter: TokenMeter, text: str, cap_tokens: int) -> int:
     """``min(tokens of text, cap_tokens)``, tokenizing at most windows at the ends of a long
     text (``meter.cut_ends``, memoized): a 2 MB output is not tokenized whole to learn that
@@ -779,7 +802,8 @@ def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: 
 
 
 def _side_items(documents: Documents, side_events: Sequence[Event], conversation: Conversation, *, boundary: int,
-                folded: frozenset[int], why_folded: Callable[[int], str]) -> list[Item]:
+                folded: frozenset[int], why_folded: Callable[[int], str],
+                document_spans: Mapping[int, ElidedSpan] | None = None) -> list[Item]:
     """Manifest items of the retrieved documents and a child's conclusions (issue 16): a
     current document is verbatim in the leaf next to the instruction (any seq); a replaced
     one (and a conclusion) from ``boundary`` on is folded when the record lists its seq
@@ -788,10 +812,14 @@ def _side_items(documents: Documents, side_events: Sequence[Event], conversation
     out = []
     for doc in documents.current:
         broken = neutralised.get(doc.seq, 0)
+        span = (document_spans or {}).get(doc.seq)
+        why = f"current retrieved document [{doc.key}]: next to the instruction, at the end of the leaf"
         out.append(Item(seq=doc.seq, event_id=doc.event_id, kind="document", handle=doc.handle, zone="leaf",
-                        representation=Representation.VERBATIM,
-                        why=f"current retrieved document [{doc.key}]: next to the instruction, at the end of the leaf",
-                        transforms=(neutralise_transform(broken),) if broken else ()))
+                        representation=Representation.HEAD_TAIL if span else Representation.VERBATIM,
+                        why=why + (" (over the per-item cap: head + tail)" if span else ""),
+                        transforms=(neutralise_transform(broken),) if broken else (),
+                        elided_bytes=span.bytes if span else None,
+                        elided_lines=(span.first_line, span.last_line) if span else None))
     for event in side_events:
         if event.seq < boundary:
             continue
@@ -1101,6 +1129,7 @@ def assemble_window(
     grouping = _Grouping.of(events, cache)
     groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
     documents = current_documents(grouping.documents)
+    shown_documents, document_spans = bound_documents(documents.current, meter, item_cap_tokens)
     plan_seqs = frozenset(p.seq for p in grouping.plans)
     known = payload_tokens or {}
     options = invalidation or InvalidationOptions()
@@ -1165,7 +1194,7 @@ def assemble_window(
                                              count=meter.count_text)
             record_trunk = (text, records[k].index_payloads)
         conv, derived_by_k[k] = _conversation(session, kept, groups[:k], step, sizes, meter.control_strings, cache,
-                                              record_trunk=record_trunk, documents=documents.current)
+                                              record_trunk=record_trunk, documents=shown_documents)
         return conv, plan_roles(meter.measure(conv), conv, plan_seqs, meter)
 
     conversation, measurement = build(first_kept)
@@ -1368,7 +1397,8 @@ def assemble_window(
                       representation=Representation(n["representation"]), why=n["why"])
                  for n in note_items(events) if n["seq"] >= boundary)
     items.extend(_side_items(documents, side_events, conversation, boundary=boundary, folded=folded_now,
-                             why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq)))
+                             why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq),
+                             document_spans=document_spans))
     if fold is not None:  # bookkeeping before the fold point (writes, notes, older steps) is in the record
         items = [replace(i, representation=Representation.FOLDED, zone="trunk",
                          why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq))

@@ -134,6 +134,35 @@ def test_plan_is_folded_into_the_record_at_a_pass_and_later_versions_append(clie
     accounted(after["manifest"])
 
 
+def test_a_plan_longer_than_half_the_record_budget_is_cut_around_its_handle(client: TestClient) -> None:
+    """A plan of ~15,800 tokens folded at a pass made a record of 16,006 tokens against its
+    budget of 1,500 (task_state over its role limit, unannounced). The record now keeps the
+    plan's first and last lines within half its budget, and names the handle of the whole."""
+    sid = new_session(client)
+    big = "\n".join(f"{i}. step {i}: inspect module_{i}.py and fix function_{i} carefully" for i in range(600))
+    events = [user("u", "Fix the parser."), plan("p1", big),
+              *older_history("qwen3", groups=5), parallel_turn("newest", "n", 3), *results("qwen3", "n", [2000] * 3)]
+    assert post(client, sid, *events).status_code == 200
+    got = get(client, sid)
+    manifest, trunk = got["manifest"], got["request"]["messages"][1]["content"]
+    assert manifest["compaction"]["pass"]
+    record = manifest["compaction"]["record"]
+    assert record["tokens"] <= record["budget"] == 1500
+    assert manifest["tokens"]["by_role"]["task_state"] <= manifest["budget"]["role_limits"]["task_state"]
+    handle = items_by_seq(manifest)[2]["handle"]
+    folded = client.get(f"/v1/sessions/{sid}/record").json()["record"]["plan"]["text"]
+    lines = folded.split("\n")
+    assert lines[0] == "0. step 0: inspect module_0.py and fix function_0 carefully"
+    assert lines[-1] == "599. step 599: inspect module_599.py and fix function_599 carefully"
+    marker = next(line for line in lines if line.startswith("[... "))
+    cut = [line for line in big.split("\n") if line not in lines]
+    assert marker == (f"[... {len(cut):,} lines ({len(chr(10).join(cut).encode()):,} bytes) of this plan cut here to "
+                      f"fit the record; the whole plan is handle {handle[:12]} ...]")
+    assert count_text(client, folded) <= 750 and folded in trunk
+    assert client.get(f"/v1/handles/{handle[:12]}").content == big.encode()
+    accounted(manifest)
+
+
 # --------------------------------------------------------------------------- documents
 
 
@@ -167,6 +196,38 @@ def test_documents_sit_next_to_the_instruction_and_are_replaced_by_key(client: T
     divergence = after["manifest"]["cache"]["first_divergence"]
     assert divergence["zone"] == "leaf" and divergence["seq"] == 2, "only the tail (documents, step) changed"
     accounted(after["manifest"])
+
+
+def test_a_document_over_the_per_item_cap_is_cut_to_head_and_tail_around_its_handle(client: TestClient) -> None:
+    """A retrieved document of ~37,600 tokens was pinned whole next to the instruction, so
+    every GET of its session was a 422 (pinned content over input_limit) until the agent
+    replaced it. It is now cut like a tool output: head + tail at the per-item cap, the
+    marker naming the handle and the elided line range, which reads back the cut part."""
+    sid = new_session(client)
+    big = "\n".join(f"{i}. see module_{i}.py: function_{i} returns a list" for i in range(1400))
+    assert post(client, sid, user("u", "Fix it."), document("d1", "api", big), assistant("a1", "c1"),
+                result("r1", "c1", "ok")).status_code == 200
+    got = get(client, sid)
+    manifest, last = got["manifest"], got["request"]["messages"][-1]["content"]
+    item = items_by_seq(manifest)[2]
+    assert (item["kind"], item["representation"], item["zone"]) == ("document", "head_tail", "leaf")
+    first, end = item["elided_lines"]
+    handle = item["handle"]
+    assert last.startswith("## Retrieved document [api] from https://docs.example/api (seq 2, handle ")
+    assert "0. see module_0.py" in last and last.endswith("1399. see module_1399.py: function_1399 returns a list")
+    marker = (f"[... {end - first + 1:,} lines ({item['elided_bytes']:,} bytes) elided by ctxd; the whole document is "
+              f"handle {handle}: GET /v1/handles/{handle}?lines={first}:{end} ...]")
+    assert marker in last
+    cut = client.get(f"/v1/handles/{handle}", params={"lines": f"{first}:{end}"}).text
+    assert cut.split("\n")[0] == big.split("\n")[first - 1] and cut.rstrip("\n").split("\n")[-1] == big.split("\n")[end - 1]
+    assert client.get(f"/v1/handles/{handle}").content == big.encode()
+    assert manifest["tokens"]["by_role"]["observations"] <= manifest["budget"]["role_limits"]["observations"]
+    accounted(manifest)
+    # a short document of the same key replaces it, verbatim
+    assert post(client, sid, document("d2", "api", "parse(s) -> list")).status_code == 200
+    after = get(client, sid)["manifest"]
+    assert items_by_seq(after)[5]["representation"] == "verbatim"
+    assert items_by_seq(after)[2]["representation"] == "superseded"
 
 
 def test_replaced_documents_fold_to_one_line_with_their_handle_at_a_pass(client: TestClient) -> None:

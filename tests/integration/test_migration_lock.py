@@ -150,6 +150,28 @@ def test_app_without_auto_migration_on_postgres_fails_at_start_then_starts_after
         assert current_revisions(url2) == head_revisions()
 
 
+@pytest.mark.parametrize("auto_migrate", ["true", "false"])
+def test_a_schema_ahead_of_the_code_is_named_as_ahead_not_behind(tmp_path: Path, auto_migrate: str) -> None:
+    """Soju06/codex-lb#1256: an older build restarted against a schema a newer build migrated
+    was told "the schema is behind; upgrade", sending the operator the wrong way (and
+    ``upgrade`` then fails inside alembic). ctxd names the revision it does not know as
+    *ahead*, for `ctxd migrate` and `ctxd serve` alike, exits 1 and writes nothing."""
+    url = f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
+    command.upgrade(alembic_config(url), "head")
+    with create_engine(url).begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_a_newer_ctxd'"))
+    head = head_revisions()[0]
+    want = (f"error: the database schema is at revision 9999_from_a_newer_ctxd, which this ctxd does not know "
+            f"(its head is {head}): a newer ctxd migrated it")
+    for args in (("migrate",), ("serve", "--port", "1")):
+        r = subprocess.run(_ctxd(*args), env=_env(url, CTXD_AUTO_MIGRATE=auto_migrate), check=False,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, (args, r.stdout, r.stderr[-2000:])
+        assert want in r.stderr, (args, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and "behind" not in r.stderr
+    assert current_revisions(url) == ("9999_from_a_newer_ctxd",)  # untouched
+
+
 def test_the_wheel_ships_the_migrations(tmp_path: Path) -> None:
     """A non-editable install has env.py, the template and every revision (the image and
     `pip install .` run `ctxd migrate` from site-packages)."""

@@ -10,6 +10,7 @@ unit-token WordMeter, as in tests/unit/test_compaction_select.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,17 @@ def test_names_index_keeps_dunders_private_names_and_innermost_frames() -> None:
     assert "t.py:3" in names and "<module>" not in names
     assert {"__name__", "_eval"} <= set(names)
     assert "_invoke_validators" not in names_of([TurnGroup(message=call, results=(ok,))]), "failed results only"
+
+
+def test_names_index_treats_escape_sequences_as_separators() -> None:
+    """``printf "a\\nThe value\\nfoo_bar"`` in a command held the names ``nThe`` and
+    ``nfoo_bar`` (the escape's letter glued to the next word); an escape is a separator."""
+    command = r'printf "Result:\nThe value\nfoo_bar\tGetThing\r"'
+    call = MessageEvent(seq=1, event_id="m1", role="assistant", content="Print it", handle="h1",
+                        tool_calls=(ToolCall(call_id="c1", name="bash", arguments=json.dumps({"command": command})),))
+    names = names_of([TurnGroup(message=call, results=())])
+    assert {"foo_bar", "GetThing"} <= set(names)
+    assert not {"nThe", "nfoo_bar", "tGetThing"} & set(names)
 
 
 # ---------------------------------------------------------------- ctxd eval

@@ -50,3 +50,27 @@ def test_window_eviction_keeps_the_latest_plan_in_the_note_and_documents_last() 
     # the plan's text counts under task_state even in the trunk (there it is the trunk's)
     m = result.measurement
     assert sum(m.by_role.values()) == m.total
+
+
+def test_fit_plan_keeps_short_plans_and_cuts_long_ones_whole_lines_within_the_limit() -> None:
+    """issue 16: the plan folded into the record takes at most its share of the record budget."""
+    from app.domain.compaction.record import fit_plan
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    short = "1. reproduce\n2. fix parse()"
+    assert fit_plan(short, "ab" * 32, 100, words) == short
+    long = "\n".join(f"step {i} of the plan" for i in range(200))  # 5 words a line, 1,000 in all
+    cut = fit_plan(long, "ab" * 32, 100, words)
+    lines = cut.split("\n")
+    assert words(cut) <= 100 and lines[0] == "step 0 of the plan" and lines[-1] == "step 199 of the plan"
+    kept = [line for line in lines if line.startswith("step ")]
+    assert all(line in long.split("\n") for line in kept)
+    (marker,) = [line for line in lines if line.startswith("[... ")]
+    dropped = [line for line in long.split("\n") if line not in kept]
+    assert marker == (f"[... {len(dropped):,} lines ({len(chr(10).join(dropped).encode()):,} bytes) of this plan cut here "
+                      f"to fit the record; the whole plan is handle {'ab' * 6} ...]")
+    one_line = "word " * 500  # no line fits: the marker alone, still within the limit
+    assert fit_plan(one_line, "cd" * 32, 60, words).startswith("[... 1 lines (2,500 bytes)")
+    assert words(fit_plan(one_line, "cd" * 32, 60, words)) <= 60

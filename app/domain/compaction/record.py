@@ -275,6 +275,11 @@ _NAME_RE: Final = re.compile(r"(?<![\w./-])(?:\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*\w
                              r"|(?<![\w./])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w/])|(?<![\w])[A-Za-z_]\w*(?![\w])")
 
 
+#: escape sequences written inside the agent's strings (``printf "a\\nThe b"``): separators, so
+#: ``\\nThe`` yields no name ``nThe`` and ``\\nfoo_bar`` yields ``foo_bar``
+_ESCAPE_RE: Final = re.compile(r"\\[ntr]")
+
+
 def _is_name(word: str) -> bool:
     """Paths and dotted names; snake_case words, including a leading underscore (``_eval``)
     and dunders (``__init__``); CamelCase words. 3 characters or more."""
@@ -317,7 +322,7 @@ def names_of(groups: Sequence[TurnGroup]) -> tuple[str, ...]:
             if name not in seen and len(name) >= 3 and "<" not in name:
                 seen[name] = None
         for text in texts:
-            for m in _NAME_RE.finditer(text):
+            for m in _NAME_RE.finditer(_ESCAPE_RE.sub(" ", text)):
                 word = m.group(0)
                 if _is_name(word) and word not in seen:
                     seen[word] = None
@@ -375,6 +380,45 @@ def _index_payload(groups: Sequence[TurnGroup]) -> bytes:
     return json.dumps(out, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+#: the folded plan takes at most 1/PLAN_SHARE of the record's budget (issue 16 item 1)
+PLAN_SHARE: Final = 2
+
+
+def _longest(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest k in 0..n with ``fits(k)`` (``fits`` true for 0 and monotone)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fit_plan(text: str, handle: str, limit_tokens: int, count: Callable[[str], int]) -> str:
+    """The plan's text as the record folds it: verbatim when it counts at most
+    ``limit_tokens``; else its first lines (up to two thirds of the limit) and last lines (up
+    to a third), whole lines only, around one marker line naming how many lines and bytes
+    were cut and the handle of the whole plan. Deterministic; ``count``: tokens of a text.
+
+    Before: a 15,759-token plan was folded verbatim into a record of budget 1,500 (the
+    record counted 16,006 tokens and task_state ran over its role limit unannounced)."""
+    if count(text) <= limit_tokens:
+        return text
+    def marker(lines_cut: int, bytes_cut: int) -> str:
+        return (f"[... {lines_cut:,} lines ({bytes_cut:,} bytes) of this plan cut here to fit the record; the "
+                f"whole plan is handle {handle[:SHORT_HANDLE]} ...]")
+
+    lines = text.split("\n")
+    room = max(0, limit_tokens - count(marker(len(lines), len(text.encode()))) - 2)  # the marker and its newlines
+    head = _longest(len(lines), lambda k: count("\n".join(lines[:k])) <= room * 2 // 3)
+    rest = lines[head:]
+    tail = _longest(len(rest), lambda k: k == 0 or count("\n".join(rest[len(rest) - k:])) <= room // 3)
+    cut = rest[:len(rest) - tail]
+    return "\n".join([*lines[:head], marker(len(cut), len("\n".join(cut).encode())), *rest[len(rest) - tail:]])
+
+
 def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], *, fold_seq: int,
                  budget_tokens: int, count: Callable[[str], int],
                  memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None) -> ProgressRecord:
@@ -418,7 +462,8 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
         contract_version=contract.contract_version, goal=contract.goal, constraints=contract.constraints,
         fold_seq=fold_seq, artifacts=_artifacts(earlier), hypotheses=hypotheses, obligations=obligations,
         next_step=(step.seq, step.text) if step is not None else None, budget=budget_tokens,
-        plan=(plan.seq, plan.version, plan.text) if plan is not None else None,
+        plan=(plan.seq, plan.version, fit_plan(plan.text, plan.handle, budget_tokens // PLAN_SHARE, count))
+        if plan is not None else None,
         conclusions=tuple((e.seq, e.child, e.handle, _one_line(e.text, COMMAND_CHARS)) for e in earlier
                           if isinstance(e, ChildConclusionEvent)),
         documents=tuple((d.seq, d.key, d.source, d.handle) for d in folded_docs),
