@@ -780,25 +780,49 @@ def _invalidation_fields(seq: int, plan: InvalidationPlan, meter: TokenMeter | N
 
 
 def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: InvalidationPlan,
-                       notices: Sequence[str], control: Sequence[str]) -> tuple[LeafMessage, ...]:
+                       notices: Sequence[str], control: Sequence[str],
+                       memo: dict[Any, Any] | None = None) -> tuple[LeafMessage, ...]:
     """The group's leaf messages with the plan applied (seed 000 table 9): a tombstoned
     result's content replaced in place by its tombstone, and ``notices`` (those anchored
     after this group) appended: to the group's last tool message when it ends with one,
     else as a user message after it. ctxd's texts have their control strings neutralised
-    (artifact names come from clients)."""
+    (artifact names come from clients). ``memo`` (the group view's): a message replaced by
+    the same text as at the last GET is the same object (with what the renderer, the meter
+    and the wire format derived from it, ``LeafMessage.memo``)."""
     out = []
     for m in messages:
         choice = plan.choices.get(m.seq) if m.role == "tool" and m.seq is not None else None
         if choice is not None and choice.text is not None:
-            m = replace(m, content=neutralise_control_text(choice.text, control)[0])
+            m = _replaced(m, "tombstone", choice.text, control, memo)
         out.append(m)
     if notices:
-        text = neutralise_control_text("\n".join(notices), control)[0]
+        text = "\n".join(notices)
         if out and out[-1].role == "tool":
-            out[-1] = replace(out[-1], content=out[-1].content + "\n\n" + text)
+            out[-1] = _replaced(out[-1], "notice", text, control, memo)
         else:
-            out.append(LeafMessage(role="user", content=text))
+            held = memo.get(("notice message",)) if memo is not None else None
+            if held is None or held[0] != text:
+                held = (text, LeafMessage(role="user", content=neutralise_control_text(text, control)[0]))
+                if memo is not None:
+                    memo[("notice message",)] = held
+            out.append(held[1])
     return tuple(out)
+
+
+def _replaced(message: LeafMessage, how: str, text: str, control: Sequence[str],
+              memo: dict[Any, Any] | None) -> LeafMessage:
+    """``message`` with its content replaced by ``text`` (``how`` "tombstone") or with ``text``
+    appended as a notice (``how`` "notice"), control strings neutralised; the same object as
+    at the last call with this message and text (``memo``, one entry per message and kind)."""
+    key = (how, id(message))
+    held = memo.get(key) if memo is not None else None
+    if held is not None and held[0] is message and held[1] == text:
+        return held[2]  # type: ignore[no-any-return]
+    safe = neutralise_control_text(text, control)[0]
+    out = replace(message, content=safe if how == "tombstone" else message.content + "\n\n" + safe)
+    if memo is not None:
+        memo[key] = (message, text, out)
+    return out
 
 
 def _side_items(documents: Documents, side_events: Sequence[Event], conversation: Conversation, *, boundary: int,
@@ -1162,7 +1186,7 @@ def assemble_window(
         if not current.choices and not notes:
             return raw_groups
         touched = _touched_groups(current, grouping.firsts, raw_groups)
-        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings)
+        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings, views[i].invalidated)
                 if (touched is None or i in touched) or i in notes else m
                 for i, (g, m) in enumerate(zip(groups, raw_groups))]
 
