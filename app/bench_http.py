@@ -35,7 +35,6 @@ watermarks were served.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,12 +51,6 @@ HTTP_PROFILE = "qwen3"
 HTTP_TARGETS: tuple[tuple[str, int, int | None, float], ...] = (("20k-28k", 20_000, 28_000, 10.0),)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, log_path: Path | None = None,
           ready_timeout: float = 120.0, workers: int = 1, args: Sequence[str] = ()) -> Iterator[str]:
@@ -69,12 +62,11 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
 
     Raises BenchError when it exits early, is not ready within ``ready_timeout`` seconds,
     or does not stop within 30 s of SIGTERM (it is then killed)."""
-    import httpx
-
     from app.bench import BenchError
+    from app.native import NativeStackError, free_port, stop, wait_ready
 
     with tempfile.TemporaryDirectory(prefix="ctxd-serve-") as tmp:
-        port = _free_port()
+        port = free_port()
         variables = os.environ | {"CTXD_DATA_DIR": str(data_dir or Path(tmp) / "data"), "CTXD_DATABASE_URL": "",
                                   "CTXD_REDIS_URL": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         log_file = log_path or Path(tmp) / "serve.log"
@@ -84,27 +76,15 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
                                     env=variables | (env or {}), stdout=log, stderr=subprocess.STDOUT)
             base = f"http://127.0.0.1:{port}"
             try:
-                deadline = time.monotonic() + ready_timeout
-                while True:
-                    try:
-                        if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        tail = log_file.read_text(encoding="utf-8")[-3000:]
-                        raise BenchError(f"ctxd serve {'exited early' if proc.poll() is not None else 'was not ready'}: "
-                                         f"{tail}")
-                    time.sleep(0.2)
+                try:
+                    wait_ready(f"{base}/readyz", timeout=ready_timeout, alive=lambda: proc.poll() is None,
+                               what="ctxd serve", log=log_file)
+                except NativeStackError as exc:
+                    raise BenchError(str(exc)) from None
                 yield base
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
-                    raise BenchError("ctxd serve did not stop within 30 s of SIGTERM") from None
+                if not stop(proc, 30):
+                    raise BenchError("ctxd serve did not stop within 30 s of SIGTERM")
 
 
 RAISED_T_LO = 0.6  # t_lo as a share of input_limit under --raise-watermarks

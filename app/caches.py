@@ -118,6 +118,13 @@ class ByteLRU(Generic[K, V]):
             for key, value in items.items():
                 self._put(key, value)
 
+    def replace(self, key: K, old: V, new: V) -> bool:
+        """Store ``new`` under ``key`` only if ``key`` holds ``old`` (the same object), as one
+        step. Returns whether it was stored."""
+        with self._lock:
+            kv = self._data.get(key)
+            return kv is not None and kv[1] is old and self._put(key, new)
+
     def pop(self, key: K) -> V | None:
         with self._lock:
             kv = self._data.pop(key, None)

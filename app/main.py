@@ -74,6 +74,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = make_session_factory(engine)
         app.state.read_factory = make_read_factory(engine)
         app.state.memo = AssemblyMemo(max_bytes=settings.memo_bytes)
+        from app.services.shell_inference import ShellStates
+
+        app.state.shell_states = ShellStates(settings.shell_state_bytes) if settings.shell_state_bytes else None
         # an override of whether a compaction pass is due (app/services/requests.py PassDue):
         # in-place tombstones wait for it. None: select's forecast from its watermarks
         # (app/domain/compaction/forecast.py), the default signal.
@@ -84,7 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         from app.services.summarizer import CandidateStore, SummarizerConfig, SummaryJobs
 
         app.state.summarizer = SummarizerConfig.from_settings(settings)
-        app.state.summaries = CandidateStore()
+        app.state.summaries = CandidateStore(settings.summary_outcome_bytes)
         app.state.summary_jobs = SummaryJobs()  # in flight in this worker: a pass's GET waits for its fold's
         app.state.summarizer_http = None
         if app.state.summarizer is not None:

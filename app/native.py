@@ -12,6 +12,10 @@ on a free loopback port, exactly as ``.ci/run`` starts its throwaway servers:
 * :class:`Ctxd`: ``ctxd serve --workers N`` with ``CTXD_DATABASE_URL`` / ``CTXD_REDIS_URL``
   set; :meth:`Ctxd.stop` sends SIGTERM (graceful shutdown) and waits.
 
+Every process the project starts and waits for (these, ``ctxd bench --http``'s server, the
+tests' Prometheus and in-thread uvicorn) is made ready with :func:`wait_ready` (poll a URL
+until it answers 200) and ended with :func:`stop` (a signal, a bounded wait, then SIGKILL).
+
 Every class is a context manager that stops what it started (and removes its directory).
 Standard library only at import (httpx is imported when a server is waited for).
 """
@@ -27,11 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Ctxd", "NativeStackError", "Postgres", "Redis", "free_port", "have_postgres", "have_redis"]
+__all__ = ["Ctxd", "NativeStackError", "Postgres", "Redis", "free_port", "have_postgres", "have_redis", "stop",
+           "wait_ready"]
 
 
 class NativeStackError(RuntimeError):
@@ -43,6 +49,57 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, *, timeout: float, alive: Callable[[], bool] = lambda: True, times: int = 1,
+               what: str = "the server", log: Path | None = None) -> None:
+    """Poll ``GET url`` (every 0.2 s, 5 s per request) until it has answered 200 ``times``
+    times (``times``: one per worker sharing a port); ``alive()`` says whether the server
+    still runs (a process not yet exited, a thread still running).
+
+    Raises NativeStackError "<what> exited early" once ``alive()`` is False, or "<what> was
+    not ready in <timeout> s" after ``timeout`` seconds, with the tail of ``log``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    ready = 0
+    while ready < times:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                ready += 1
+                continue
+        except httpx.TransportError:
+            pass
+        if not alive() or time.monotonic() > deadline:
+            state = "exited early" if not alive() else f"was not ready in {timeout:g} s"
+            raise NativeStackError(f"{what} {state}" + (f": {_tail(log)}" if log is not None else ""))
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float, *, sig: int = signal.SIGTERM, group: bool = False) -> bool:
+    """Send ``sig`` (SIGTERM: a graceful shutdown) to a running ``proc`` and wait up to
+    ``timeout`` seconds; past it SIGKILL and wait. ``group``: the SIGKILL goes to the process
+    group (``proc`` started with ``start_new_session=True``), and is sent after any stop, so
+    workers left behind by a supervisor end too. Returns False when it had to be killed
+    (True: it exited in time, or had already exited); ``proc.returncode`` is its status."""
+    def kill() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
+        except ProcessLookupError:
+            pass
+
+    in_time = True
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            in_time = False
+            kill()
+            proc.wait(timeout=10)
+    if group:
+        kill()
+    return in_time
 
 
 def _pg_bin() -> Path | None:
@@ -246,7 +303,6 @@ class Ctxd(_Managed):
         return self.dir / "serve.log"
 
     def start(self) -> None:
-        import httpx
 
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="ctxd-native-serve-"))
@@ -261,20 +317,13 @@ class Ctxd(_Managed):
                     raise NativeStackError(f"ctxd migrate failed: {_tail(self.log)}")
             self.proc = subprocess.Popen(_serve_command(self.port, self.workers), env=env, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + self.ready_timeout
-        ready = 0
-        while ready < self.workers:
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=5).status_code == 200:
-                    ready += 1
-                    continue
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                what = "exited early" if self.proc.poll() is not None else "was not ready"
-                self.stop(signal.SIGKILL)
-                raise NativeStackError(f"ctxd serve {what}: {_tail(self.log)}")
-            time.sleep(0.2)
+        proc = self.proc
+        try:
+            wait_ready(f"{self.base}/readyz", timeout=self.ready_timeout, alive=lambda: proc.poll() is None,
+                       times=self.workers, what="ctxd serve", log=self.log)
+        except NativeStackError:
+            self.stop(signal.SIGKILL)
+            raise
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the server (the supervisor when there are several workers)."""
@@ -287,17 +336,7 @@ class Ctxd(_Managed):
         if self.proc is None:
             return None
         proc, self.proc = self.proc, None
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        try:  # workers left behind by a killed supervisor
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        stop(proc, timeout, sig=sig, group=True)
         return proc.returncode
 
     def close(self) -> None:

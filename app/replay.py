@@ -88,7 +88,8 @@ class ReplayProblem(ReplayError):
 
 @dataclass(frozen=True)
 class CallRow:
-    """One model call: ctxd's counts (tokens, from the manifest) + the provider's."""
+    """One model call: ctxd's counts (tokens, from the manifest) + the provider's. ``call``:
+    its number, from 1 in the trace's order (as the inspector, /ui, numbers calls)."""
 
     call: int
     failed_call: bool
@@ -150,7 +151,7 @@ def _row(step: ModelCall, body: dict[str, Any]) -> CallRow:
         elided_tokens = sum(_int(e.get("tokens")) or 0 for e in elided if isinstance(e, dict))
     u = step.usage
     return CallRow(
-        call=step.index,
+        call=step.index + 1,
         failed_call=step.failed,
         request_tokens=_int(tokens.get("total")),
         root=_int(by_zone.get("root")),

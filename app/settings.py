@@ -40,6 +40,12 @@ class Settings(BaseSettings):
     memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0, description=(
         "byte bound (estimated) of the per-session assembly memo: parsed events, leaf messages, the "
         "previous request's ids; least recently used sessions are dropped and re-read from the database"))
+    shell_state_bytes: int = Field(default=64 * 1024 * 1024, ge=0, description=(
+        "byte bound (estimated) of the per-session shell inference state kept between POSTs (texts written, "
+        "artifacts seen, calls unanswered); a session dropped rebuilds it from its stored calls; 0: none kept"))
+    summary_outcome_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description=(
+        "byte bound (estimated) of the summarizer's latest outcome per session kept for the next pass (records "
+        "and findings); least recently used sessions are dropped and their pass uses the deterministic record"))
     max_payload_bytes: int = Field(default=8 * 1024 * 1024, ge=1, description=(
         "largest payload a POST may store, in bytes: a tool result's payload (UTF-8) or a message's canonical "
         "JSON (content, reasoning, tool calls); larger answers 413 and stores nothing (the largest in the shared "

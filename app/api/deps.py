@@ -19,6 +19,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.services.memo import AssemblyMemo
 from app.services.requests import CandidateLookup, PassDue, SummaryWait
+from app.services.shell_inference import ShellStates
 from app.services.summarizer import FoldKey, Waited
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
@@ -62,6 +63,12 @@ async def memo(request: Request) -> AssemblyMemo:
     return request.app.state.memo  # type: ignore[no-any-return]
 
 
+async def shell_states(request: Request) -> ShellStates | None:
+    """The shell inference states kept between POSTs (``app.state.shell_states``, bounded by
+    ``CTXD_SHELL_STATE_BYTES``; None when 0)."""
+    return request.app.state.shell_states  # type: ignore[no-any-return]
+
+
 async def pass_due(request: Request) -> PassDue | None:
     """An override of the compaction signal for invalidation's deferral
     (``app.state.pass_due``; None, the default: select's forecast from its watermarks)."""
@@ -96,6 +103,7 @@ Db = Annotated[Database, Depends(database)]
 Memo = Annotated[AssemblyMemo, Depends(memo)]
 Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]
+ShellStateCache = Annotated[ShellStates | None, Depends(shell_states)]
 PassDueSignal = Annotated[PassDue | None, Depends(pass_due)]
 Candidates = Annotated[CandidateLookup | None, Depends(candidates)]
 SummaryWaitFor = Annotated[SummaryWait | None, Depends(summary_wait)]

@@ -41,7 +41,21 @@ def _not_blank(value: str) -> str:
 
 #: text that must hold something other than whitespace (a plan, a conclusion, a child's goal)
 NonBlank = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
-EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
+#: Event id prefixes of the events the server appends itself (``infer:``: the artifact writes
+#: inferred from a declared shell tool's command, app/services/shell_inference.py); a client's
+#: event id starting with one is 422, so it can never collide with (or pose as) an inferred one.
+RESERVED_EVENT_ID_PREFIXES = ("infer:",)
+
+
+def _not_reserved(value: str) -> str:
+    for prefix in RESERVED_EVENT_ID_PREFIXES:
+        if value.startswith(prefix):
+            raise ValueError(f"event ids starting {prefix!r} are reserved for the events the server infers "
+                             "from shell tool calls; use another id")
+    return value
+
+
+EventId = Annotated[str, Field(min_length=1, max_length=200), NoNul, AfterValidator(_not_reserved)]
 CallId = Annotated[str, Field(min_length=1, max_length=200), NoNul]
 ArtifactName = Annotated[str, Field(min_length=1, max_length=1024), NoNul]
 #: A content hash (eq. 5): compared as a string and kept as SQL text with the artifact's
@@ -212,7 +226,8 @@ class SessionOut(BaseModel):
 class ChildCreate(_SessionOptions):
     """A child session for a sub-agent (issue 16 item 2): it inherits the parent's tenant
     and constraints verbatim (ids, texts, contract version); ``goal`` is the sub-task.
-    System text, tools, profile and model default to the parent's."""
+    System text, tools, profile and model default to the parent's, and so do the metadata
+    keys ``shell_tools`` and ``invalidation`` unless ``metadata`` gives them."""
 
     goal: NonBlank
     system: Annotated[str, NoNul] | None = None

@@ -328,6 +328,31 @@ def bound_documents(documents: Sequence[DocumentEvent], meter: TokenMeter,
     return tuple(shown), spans
 
 
+def bound_user_message(meter: TokenMeter, message: MessageEvent,
+                       cap_tokens: int) -> tuple[MessageEvent, ElidedSpan | None]:
+    """A user message as the leaf shows it: unchanged within ``cap_tokens`` (the
+    observations role's share of input_limit; input_limit without shares), else a head and a tail (half the cap each)
+    around a marker naming the message's handle and the elided lines and bytes, like
+    :func:`bound_tool_output`. Returns the message and the elided span (None: not cut).
+    A text of at most ``cap_tokens`` characters is not tokenized.
+
+    Before: the newest user message is pinned, so one of ~30,300 tokens (over qwen3's
+    input_limit of 28,160) made every GET of its session a 422 until another user message
+    came (the peer fault of gi-dellav/zerostack#132: an oversized message stayed in the
+    history and was refused on every following turn)."""
+    if message.role != "user" or len(message.content) <= cap_tokens:
+        return message, None
+    cut = meter.cut_ends(message.content, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+    if cut is None:
+        return message, None
+    head, tail = cut
+    span = elided_span(message.content, head, tail)
+    marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) of this message elided by ctxd (its lines "
+              f"{span.first_line}-{span.last_line}); the whole message is handle {message.handle}: GET "
+              f"/v1/handles/{message.handle} (JSON, the text in its content field) ...]\n")
+    return replace(message, content=head + marker + tail), span
+
+
 def capped_tokens(meter: TokenMeter, text: str, cap_tokens: int) -> int:
     """``min(tokens of text, cap_tokens)``, tokenizing at most windows at the ends of a long
     text (``meter.cut_ends``, memoized): a 2 MB output is not tokenized whole to learn that
@@ -876,7 +901,7 @@ _LEAF_WHY = {  # issue 16: events that enter the leaf as a user message of their
 
 def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], messages: Sequence[LeafMessage],
                  placement: str, bindings: Mapping[int, tuple[Binding, ...]],
-                 fitted: FittedGroup | None = None) -> list[Item]:
+                 fitted: FittedGroup | None = None, message_span: ElidedSpan | None = None) -> list[Item]:
     """The manifest items of ``group``'s events, before invalidation (which
     :func:`_with_invalidation` adds per request): ``placement`` KEPT (in the leaf) or
     EVICTED. ``bounded``: its results at the per-item cap (their sizes and counts);
@@ -918,6 +943,13 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
                         why="every tool call of this turn still awaits its result; it enters with the first result")
         elif (reason := unsent_reason(group)) is not None:
             item = Item(**known, zone=None, representation=Representation.DROPPED, why=reason)
+        elif message_span is not None and event is group.message:
+            item = Item(**known, zone="leaf", representation=Representation.HEAD_TAIL,
+                        transforms=tuple(leaf_transforms(group)),
+                        why=_LEAF_WHY.get(group.message.kind, "recent turn") + " (over the observations share of "
+                            "input_limit: head + tail)",
+                        elided_bytes=message_span.bytes,
+                        elided_lines=(message_span.first_line, message_span.last_line))
         else:
             item = Item(**known, zone="leaf", representation=Representation.VERBATIM, pending_calls=group.pending,
                         transforms=tuple(leaf_transforms(group)) if event is group.message else (),
@@ -983,7 +1015,7 @@ class _GroupView:
     count learnt later changes the items only. Invalidation is applied per request, on top
     (``apply_invalidation``, ``_with_invalidation``)."""
 
-    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "messages")
+    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "message_span", "messages")
 
     def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
                  counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
@@ -993,6 +1025,7 @@ class _GroupView:
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
         self.invalidated: dict[Any, Any] = {}  # _with_invalidation's memo
+        self.message_span: ElidedSpan | None = None  # a user message cut to head + tail (bound_user_message)
 
     def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...],
               bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[Item, ...]:
@@ -1000,7 +1033,7 @@ class _GroupView:
         if found is None:
             bounded = self._bounded[counts]
             found = self._items[(placement, counts)] = tuple(_group_items(group, bounded, self.messages, placement,
-                                                                          bindings))
+                                                                          bindings, message_span=self.message_span))
         return found
 
     def warnings(self, group: TurnGroup, declared: frozenset[str]) -> tuple[str, ...]:
@@ -1011,14 +1044,15 @@ class _GroupView:
 
 def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
                  item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
-                 bindings: Mapping[int, tuple[Binding, ...]]) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
+                 bindings: Mapping[int, tuple[Binding, ...]],
+                 message_cap_tokens: int) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
     """Each group's :class:`_GroupView` (from ``cache``, the session's leaf cache, or built)
     and its results' known token counts. A payload's bounded form is also kept by value
     (meter, cap, handle, payload, known count), so an output posted again in another group
     is cut once. Views not used by this call are dropped once they outnumber the groups
     (events read again as new objects would otherwise pile up)."""
     views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
-                                                                render_reasoning), {})
+                                                                render_reasoning, message_cap_tokens), {})
     out: list[_GroupView] = []
     all_counts: list[tuple[int | None, ...]] = []
     keys = []
@@ -1048,8 +1082,11 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
         view = views.get(key)
         if view is None:
             bounded = bound(results)
-            messages = tuple(_leaf_messages(group, bounded, render_reasoning, meter.control_strings, bindings))
+            message, span = bound_user_message(meter, group.message, message_cap_tokens)
+            shown = replace(group, message=message) if span is not None else group
+            messages = tuple(_leaf_messages(shown, bounded, render_reasoning, meter.control_strings, bindings))
             view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
+            view.message_span = span
         elif counts not in view._bounded:
             view._bounded[counts] = bound(results)
         out.append(view)
@@ -1164,7 +1201,8 @@ def assemble_window(
     bindings = {seq: node.bindings for seq, node in graph.observations.items()}
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
                              deferred=options.deferred, shown_upto=options.shown_upto)
-    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings)
+    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
+                                       budget.role_limits()["observations"] or budget.input_limit)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
         bounded.update(view._bounded[group_counts])  # built by _group_views

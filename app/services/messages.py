@@ -14,6 +14,7 @@ from app.services.sessions import (
     ingest_events,
     require_session_row,
 )
+from app.services.shell_inference import ShellStates
 from app.store import positions as store
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -35,7 +36,7 @@ def merged_instructions(current: str, text: str) -> str:
 
 def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage], *, start: int,
                     profiles: ProfileRegistry, meters: MeterRegistry | None, max_payload_bytes: int | None = None,
-                    redact: bool = True) -> dict[str, Any]:
+                    redact: bool = True, shell_states: ShellStates | None = None) -> dict[str, Any]:
     """Append provider messages posted at positions ``start``, ``start + 1``, ... (one
     transaction, all or nothing; the caller commits). ``mapped``: the messages as
     :func:`app.wire.inbound.map_messages` maps them, their events validated.
@@ -90,7 +91,7 @@ def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage]
         new.append((m, digest))
         events.extend(m.events)
     ingested: dict[str, Any] = ingest_events(db, session_id, events, max_payload_bytes=max_payload_bytes,
-                                             redact=redact) \
+                                             redact=redact, shell_states=shell_states) \
         if events else {"last_seq": row.last_seq, "results": [], "new_tool_outputs": []}
     results = iter(list(ingested["results"]))
     rows = []

@@ -28,7 +28,7 @@ from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.observability import metrics
 from app.services import redaction
-from app.services.shell_inference import Inference
+from app.services.shell_inference import Inference, ShellStates
 from app.store import repository as repo
 from app.store import search as search_store
 from app.store.db import after_commit
@@ -157,7 +157,8 @@ def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id
 
 
 def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
-                  max_payload_bytes: int | None = None, redact: bool = True) -> dict[str, Any]:
+                  max_payload_bytes: int | None = None, redact: bool = True,
+                  shell_states: ShellStates | None = None) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
@@ -172,6 +173,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     redacted text stored as a payload of its own, ``view``); the event records the kinds
     (``redactions``), which the manifest item reports as a transform. The raw bytes stay
     whole behind the event's handle. Contract, system text and tools are never redacted.
+
+    ``shell_states``: the process's shell inference states (``app.state.shell_states``,
+    app/services/shell_inference.py); None: a batch that infers rebuilds its session's.
 
     Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
     "new_tool_outputs": [handles of the tool results created by this batch]}``.
@@ -202,7 +206,7 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     results: list[dict[str, Any]] = []
     seq = row.last_seq
     plans: int | None = None  # plan versions stored so far (read once, at the batch's first plan)
-    inference = Inference(db, row)  # bindings inferred from declared shell tools' commands (issue 11)
+    inference = Inference(db, row, shell_states)  # bindings inferred from declared shell tools' commands (issue 11)
     client_wrote = False  # the batch posted artifact writes since its previous tool result
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
@@ -348,13 +352,22 @@ def _return_conclusion(db: OrmSession, parent_id: str, *, child: str, child_seq:
     return seq
 
 
+#: The metadata keys that govern how a session's events are ingested and served
+#: (``shell_tools``: inferred bindings, app/adapters/shell_tools.py; ``invalidation``:
+#: tombstone or notice, app/domain/planner.py): a child takes the parent's unless its create
+#: body gives the key.
+INHERITED_METADATA = ("shell_tools", "invalidation")
+
+
 def create_child(db: OrmSession, profiles: ProfileRegistry, parent_id: str, *, goal: str, system: str | None,
                  tools: list[dict[str, Any]] | None, metadata: dict[str, Any], meters: MeterRegistry | None = None,
                  profile: str | None = None, model: str | None = None) -> str:
     """Create a child session of ``parent_id`` for a sub-agent (issue 16 item 2; seed 001
     "Sub-agents as context isolation"): the parent's tenant, the parent's constraints
     verbatim (ids, texts and ``contract_version``) with ``goal`` as the child's goal; the
-    parent's system text, tools, profile and model unless given. Returns the child's id.
+    parent's system text, tools, profile and model unless given, and the parent's
+    :data:`INHERITED_METADATA` keys under the keys ``metadata`` gives (other keys of the
+    parent's metadata are its own). Returns the child's id.
 
     Raises:
         SessionNotFound: no such parent (404; the caller checked the tenant).
@@ -365,7 +378,9 @@ def create_child(db: OrmSession, profiles: ProfileRegistry, parent_id: str, *, g
                 "contract_version": int((parent.contract or {}).get("contract_version") or 1)}
     child = create_session(db, profiles, profile=profile or parent.profile, contract=contract,
                            system=parent.system if system is None else system,
-                           tools=list(parent.tools or []) if tools is None else tools, metadata=metadata,
+                           tools=list(parent.tools or []) if tools is None else tools,
+                           metadata={**{k: v for k, v in (parent.meta or {}).items() if k in INHERITED_METADATA},
+                                     **metadata},
                            meters=meters, model=model if model is not None else parent.model,
                            tenant_id=parent.tenant_id, parent_id=parent.id)
     return child

@@ -15,15 +15,15 @@ client's writes for that call, as app/adapters/miniswe.py places them), is kept 
 and nothing is inferred for its call.
 
 The session's :class:`~app.adapters.bash_effects.SessionEffects` (texts written so far,
-artifacts seen) is kept per process for the session's last seq and rebuilt from the stored
-tool calls when another process (or a rolled-back batch) moved the log: the common case
-costs one parse per shell call, never a replay of the session.
+artifacts seen) is kept per process for the session's last seq in :class:`ShellStates`
+(``app.state.shell_states``, bounded in bytes by ``CTXD_SHELL_STATE_BYTES``) and rebuilt
+from the stored tool calls when another process (or a rolled-back batch) moved the log, or
+the state was evicted: the common case costs one parse per shell call, never a replay of
+the session.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,12 +32,10 @@ from sqlalchemy.orm import Session as OrmSession
 
 from app.adapters.bash_effects import CallEffects, SessionEffects, command_of
 from app.adapters.shell_tools import call_bindings, declared_shell_tools, hash_effects
+from app.caches import ENTRY_OVERHEAD, ByteLRU
 from app.store import repository as repo
 from app.store.db import after_commit
 from app.store.tables import SessionRow
-
-#: Sessions whose inference state a process keeps (least recently used dropped first).
-CACHED_SESSIONS = 512
 
 
 @dataclass
@@ -63,16 +61,36 @@ class ShellState:
             self.pending[call["call_id"]] = self.effects.run(command_of(call.get("arguments") or "", argument))
 
 
-_CACHE: OrderedDict[str, ShellState] = OrderedDict()
-_LOCK = threading.Lock()
+    def size(self) -> int:
+        """Estimated bytes held (characters of the texts, artifact names and call ids, plus
+        ENTRY_OVERHEAD per entry): what :class:`ShellStates` charges for it."""
+        effects = self.effects
+        n = ENTRY_OVERHEAD + len(effects.cwd) + len(effects.root)
+        n += sum(len(a) + len(t) + ENTRY_OVERHEAD for a, t in effects.known_sources.items())
+        n += sum(len(a) + ENTRY_OVERHEAD for a in effects.seen)
+        for call_id, call in self.pending.items():
+            n += len(call_id) + ENTRY_OVERHEAD + sum(len(a) for a in call.written)
+            n += sum(len(t) for t in call.contents if t is not None)
+        return n
+
+
+class ShellStates(ByteLRU[str, ShellState]):
+    """The shell inference state per session id of this process: least recently used
+    dropped first, at most ``max_bytes`` by :meth:`ShellState.size` (a state larger than
+    that is not kept: its session rebuilds it per batch). Thread-safe."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes, lambda session_id, state: len(session_id) + state.size())
 
 
 class Inference:
     """The shell inference of one ingest batch of one session (None-cost when the session
-    declares no shell tool). Not thread-safe: one per batch."""
+    declares no shell tool). Not thread-safe: one per batch. ``states``: the process's
+    cached states (None: none kept, every batch that needs one rebuilds it)."""
 
-    def __init__(self, db: OrmSession, row: SessionRow) -> None:
+    def __init__(self, db: OrmSession, row: SessionRow, states: ShellStates | None = None) -> None:
         self.db = db
+        self.states = states
         self.session_id = row.id
         self.start_seq = row.last_seq
         self.shell = declared_shell_tools(row.tools or [], row.meta or {})
@@ -80,8 +98,7 @@ class Inference:
 
     def state(self) -> ShellState:
         if self._state is None:
-            with _LOCK:
-                cached = _CACHE.get(self.session_id)
+            cached = self.states.get(self.session_id) if self.states is not None else None
             if cached is not None and cached.seq == self.start_seq:
                 self._state = cached.clone()  # a rolled-back batch leaves the cached one intact
             else:
@@ -92,14 +109,8 @@ class Inference:
         return self._state
 
     def _publish(self) -> None:
-        state = self._state
-        if state is None:
-            return
-        with _LOCK:
-            _CACHE[self.session_id] = state
-            _CACHE.move_to_end(self.session_id)
-            while len(_CACHE) > CACHED_SESSIONS:
-                _CACHE.popitem(last=False)
+        if self._state is not None and self.states is not None:
+            self.states.put(self.session_id, self._state)
 
     def message(self, body: Mapping[str, Any]) -> None:
         """Run the shell calls of a new message event (its stored body)."""
@@ -142,14 +153,12 @@ class Inference:
         batch that never needed the state moves the cached one on, unchanged)."""
         if self._state is not None:
             self._state.seq = seq
-        elif self.shell and seq != self.start_seq:
-            with _LOCK:
-                cached = _CACHE.get(self.session_id)
+        elif self.shell and seq != self.start_seq and self.states is not None:
+            states, cached = self.states, self.states.get(self.session_id)
             if cached is not None and cached.seq == self.start_seq:
                 moved = ShellState(seq=seq, effects=cached.effects, pending=cached.pending)
-                after_commit(self.db, lambda: self._move(cached, moved))
 
-    def _move(self, old: ShellState, new: ShellState) -> None:
-        with _LOCK:
-            if _CACHE.get(self.session_id) is old:
-                _CACHE[self.session_id] = new
+                def move() -> None:  # unless another batch of this process published meanwhile
+                    states.replace(self.session_id, cached, moved)
+
+                after_commit(self.db, move)

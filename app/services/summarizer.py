@@ -44,7 +44,6 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from typing import Any, Literal
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_fixed
 
+from app.caches import ENTRY_OVERHEAD, ByteLRU
 from app.domain.audit import (
     CANDIDATE_SCHEMA,
     audit_candidate,
@@ -245,27 +245,29 @@ def summarize_record(client: httpx.Client, config: SummarizerConfig, *, determin
 
 # --- the background hook -------------------------------------------------------------------
 
-@dataclass
-class CandidateStore:
-    """The latest :class:`SummaryOutcome` per session (bounded LRU, thread safe)."""
+def outcome_size(session_id: str, outcome: SummaryOutcome) -> int:
+    """Estimated bytes of a stored outcome: its record's JSON, its findings' texts, its
+    error and folded seqs, plus ENTRY_OVERHEAD per finding and for the entry."""
+    n = len(session_id) + len(json.dumps(outcome.record, ensure_ascii=False)) + len(outcome.error or "")
+    n += sum(len(f.kind) + len(f.field) + len(f.detail) + ENTRY_OVERHEAD for r in outcome.rejections for f in r)
+    return n + 8 * len(outcome.basis[1]) + ENTRY_OVERHEAD
 
-    max_sessions: int = 1024
-    _items: OrderedDict[str, SummaryOutcome] = field(default_factory=OrderedDict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+class CandidateStore:
+    """The latest :class:`SummaryOutcome` per session: least recently used dropped first, at
+    most ``max_bytes`` by :func:`outcome_size` (``CTXD_SUMMARY_OUTCOME_BYTES``); thread safe."""
+
+    def __init__(self, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self._items: ByteLRU[str, SummaryOutcome] = ByteLRU(max_bytes, outcome_size)
 
     def put(self, session_id: str, outcome: SummaryOutcome) -> None:
-        with self._lock:
-            self._items[session_id] = outcome
-            self._items.move_to_end(session_id)
-            while len(self._items) > self.max_sessions:
-                self._items.popitem(last=False)
+        self._items.put(session_id, outcome)
 
     def get(self, session_id: str, *, contract_version: int | None = None,
             folded_seqs: Iterable[int] | None = None) -> SummaryOutcome | None:
         """The stored outcome, if its basis matches the given contract version and folded
         seqs (each checked when given)."""
-        with self._lock:
-            outcome = self._items.get(session_id)
+        outcome = self._items.get(session_id)
         if outcome is None:
             return None
         if contract_version is not None and outcome.basis[0] != contract_version:

@@ -6,49 +6,28 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from app.main import create_app
 from app.observability.logs import FORMAT
 from app.services import sessions as session_service
 from app.settings import Settings
 from tests.api.test_api import SESSION
+from tests.in_thread import served
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The app under uvicorn (httptools, as ``ctxd serve`` runs it) in a thread on loopback."""
     data_dir: Path = tmp_path_factory.mktemp("ctxd-http")
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(Settings(data_dir=data_dir)), host="127.0.0.1", port=port,
-                                           log_config=None, access_log=False))
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with served(create_app(Settings(data_dir=data_dir)), log_config=None, access_log=False) as url:
+        yield url
 
 
 def one_connection(base_url: str) -> httpx.Client:

@@ -362,3 +362,38 @@ def test_blank_user_message_is_422(client: TestClient, text: str) -> None:
     body = assert_problem(post(client, sid, user("u1", text)), 422)
     assert "whitespace" in body["detail"]
     assert client.get(f"/v1/sessions/{sid}").json()["events"] == 0
+
+
+# --- a user message over the observations share is cut, not pinned whole (issue 16 hardening) ----
+
+HUGE = "\n".join(f"{i}. see module_{i}.py: function_{i} returns a list" for i in range(2400))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_user_message_over_the_observations_share_is_cut_to_head_and_tail(client: TestClient, served_ids: Any,
+                                                                            profile: str) -> None:
+    """Before: the newest user message is pinned, so one of ~30,300 tokens (over qwen3's
+    input_limit of 28,160) made every GET of the session a 422 until another user message
+    came (peer fault gi-dellav/zerostack#132: an oversized message left in the history was
+    refused on every later turn). Now it is cut at the observations role's share, head +
+    tail around a marker naming its handle and elided lines, in every format, exactly counted."""
+    sid = session_with(client, profile, user("u1", "Fix it."), call("a1", "c1", '{"command": "ls"}'),
+                       output("r1", "c1", "a.py\n"), user("u2", HUGE))
+    got = served(client, sid)
+    assert_exact(got, profile, served_ids)
+    manifest = got["openai"]["manifest"]
+    item = next(i for i in manifest["items"] if i["event_id"] == "u2")
+    assert (item["representation"], item["zone"]) == ("head_tail", "leaf")
+    first, last = item["elided_lines"]
+    handle = item["handle"]
+    text = got["openai"]["request"]["messages"][-1]["content"]
+    assert text.startswith("0. see module_0.py") and text.endswith("2399. see module_2399.py: function_2399 returns a list")
+    assert (f"[... {last - first + 1:,} lines ({item['elided_bytes']:,} bytes) of this message elided by ctxd (its "
+            f"lines {first}-{last}); the whole message is handle {handle}: GET /v1/handles/{handle} (JSON, the text "
+            "in its content field) ...]") in text
+    assert 1 < first <= last < 2400 and len(text.encode()) < len(HUGE.encode()) - item["elided_bytes"] + 400
+    assert manifest["tokens"]["by_role"]["observations"] <= manifest["budget"]["role_limits"]["observations"] + 512
+    assert client.get(f"/v1/handles/{handle}").json()["content"] == HUGE
+    # a short user message is never cut
+    assert [i["event_id"] for i in manifest["items"] + manifest["elided"] if i["representation"] == "head_tail"] \
+        == ["u2"]

@@ -6,13 +6,11 @@ elsewhere never changes the answer)."""
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from app.api.auth import auth_required
@@ -21,6 +19,7 @@ from app.services import tenancy
 from app.settings import Settings
 from app.store.db import unit_of_work
 from tests.api.test_api import SESSION, assert_problem, assistant, result
+from tests.in_thread import served
 
 
 def key_headers(client: TestClient, tenant: str) -> dict[str, str]:
@@ -47,19 +46,9 @@ def test_auth_required_by_mode_and_address(auth: str, host: str, server: tuple[s
 
 def test_auto_on_loopback_needs_no_key_over_real_http(tmp_path: Path) -> None:
     """The README's first command (``ctxd serve``: 127.0.0.1) keeps working without a key."""
-    app = create_app(Settings(data_dir=tmp_path))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.05)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/sessions", json=SESSION, timeout=30)
+    with served(create_app(Settings(data_dir=tmp_path))) as url:
+        r = httpx.post(f"{url}/v1/sessions", json=SESSION, timeout=30)
         assert r.status_code == 201, r.text
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def test_auto_on_a_public_address_requires_a_key(tmp_path: Path) -> None:
@@ -178,21 +167,12 @@ def test_replay_sends_the_api_key(tmp_path: Path, capsys: pytest.CaptureFixture[
         pytest.skip("shared traces not found")
     smallest = min(TRACE_FILES, key=lambda p: p.stat().st_size)
     app = create_app(Settings(data_dir=tmp_path, host="0.0.0.0"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    with served(app) as url:
         with unit_of_work(app.state.session_factory) as db:
             key = tenancy.create_key(db, "replayer")[1]
         assert main(["replay", str(smallest), "--url", url, "--quiet"]) == EXIT_FAILED
         assert "401" in capsys.readouterr().err
         assert main(["replay", str(smallest), "--url", url, "--quiet", "--api-key", key]) == EXIT_OK
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def test_keys_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

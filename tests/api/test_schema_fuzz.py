@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -35,7 +33,6 @@ from urllib.parse import quote
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -48,6 +45,7 @@ from schemathesis.specs.openapi.checks import (
 
 from app.main import create_app
 from app.settings import Settings
+from tests.in_thread import served
 
 MAX_EXAMPLES = 200
 FORMATS = ("openai", "anthropic", "tokens")
@@ -85,23 +83,8 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tens of thousands of requests, over the default 20000/minute on a fast machine (CI saw
     429s; the limit has its own tests in tests/api/test_quotas.py)."""
     app = create_app(Settings(data_dir=tmp_path_factory.mktemp("ctxd-fuzz"), rate_limit=""))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, name="ctxd-fuzz-server", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        url = f"http://127.0.0.1:{port}"
-        while httpx.get(f"{url}/readyz").status_code != 200:  # 503 while the tokenizer loads: documented
-            assert time.monotonic() < deadline, "the default profile's tokenizer did not load in 120 s"
-            time.sleep(0.2)
+    with served(app) as url:  # 503 while the tokenizer loads: documented; served waits for 200
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")

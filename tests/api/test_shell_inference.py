@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.adapters.miniswe import trajectory_events
+from app.main import create_app
+from app.services.shell_inference import ShellStates
+from app.settings import Settings
 from tests.api.test_api import BASH, new_session, post, result
 from tests.api.test_content_hash_api import _trajectory
 from tests.api.test_invalidation_api import bash, item, request, tool_contents, write
@@ -137,6 +142,44 @@ def test_explicit_shell_tool_with_its_own_argument(client: TestClient) -> None:
     assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"x.py": 1}
 
 
+def test_a_child_inherits_the_metadata_that_governs_ingest(client: TestClient) -> None:
+    """Before: a child of a session declaring ``run(script)`` as its shell tool (and notice
+    invalidation) got metadata {}: its ``run`` results were not inferred (artifacts {}) and
+    its stale reads were tombstoned. After: the child takes the parent's ``shell_tools`` and
+    ``invalidation`` (not the parent's other keys) unless its create body gives them."""
+    run = {"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"script": {"type": "string"}}}}}
+    shell_tools = [{"name": "run", "argument": "script"}]
+    parent = new_session(client, tools=[run], metadata={"shell_tools": shell_tools, "invalidation": "notice",
+                                                        "team": "parser"})
+
+    def child(**body: object) -> str:
+        r = client.post(f"/v1/sessions/{parent}/children", json={"goal": "Raise the timeout.", **body})
+        assert r.status_code == 201, r.text
+        sid: str = r.json()["id"]
+        for n, (command, output) in enumerate([("cat config.yaml", "timeout: 30\n"), (HEREDOC, "")], start=1):
+            call = {"event_id": f"a{n}", "kind": "message", "role": "assistant", "content": "", "tool_calls": [
+                {"call_id": f"c{n}", "name": "run", "arguments": json.dumps({"script": command})}]}
+            assert post(client, sid, call, result(f"t{n}", f"c{n}", output)).status_code == 200
+        return sid
+
+    inherited = child()
+    described = client.get(f"/v1/sessions/{inherited}").json()
+    assert described["metadata"] == {"shell_tools": shell_tools, "invalidation": "notice"}
+    assert described["artifacts"] == {"config.yaml": 1}
+    assert item(request(client, inherited)["manifest"], "t1")["state"] == "historical"
+    assert "timeout: 30" in tool_contents(request(client, inherited)["request"])["c1"], "notice: kept verbatim"
+    off = child(metadata={"shell_tools": [], "team": "child"})
+    assert client.get(f"/v1/sessions/{off}").json()["metadata"] == {"shell_tools": [], "invalidation": "notice",
+                                                                     "team": "child"}
+    assert client.get(f"/v1/sessions/{off}").json()["artifacts"] == {}
+    tombstone = child(metadata={"invalidation": "tombstone"})
+    assert client.get(f"/v1/sessions/{tombstone}").json()["metadata"] == {"shell_tools": shell_tools,
+                                                                          "invalidation": "tombstone"}
+    contents = tool_contents(request(client, tombstone)["request"])
+    assert "timeout: 30" not in contents["c1"] and contents["c1"].startswith("[ctxd tombstone: historical")
+
+
 def test_bad_shell_tools_metadata_is_422(client: TestClient) -> None:
     for bad in ("bash", [{"name": "bash"}], [{"name": "bash", "argument": 3}], [{"name": "", "argument": "c"}]):
         r = client.post("/v1/sessions", json={"contract": {"goal": "g"}, "tools": [BASH],
@@ -206,14 +249,67 @@ def test_server_inference_equals_the_adapter(client: TestClient) -> None:
 def test_state_survives_batches_and_a_new_process(client: TestClient) -> None:
     """A script written by a heredoc in one batch is known when ``python fix.py`` runs in a
     later one, also after the process-local state is dropped (rebuilt from the log)."""
-    from app.services import shell_inference
-
     sid = new_session(client)
     script = "cat > fix.py <<'EOF'\nopen('src/a.py', 'w').write('y = 1\\n')\nEOF"
     post(client, sid, bash("a1", "c1", script), result("t1", "c1", ""))
-    shell_inference._CACHE.clear()
+    client.app.state.shell_states.clear()  # type: ignore[attr-defined]
     post(client, sid, bash("a2", "c2", "python fix.py"), result("t2", "c2", ""))
     assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"fix.py": 1, "src/a.py": 1}
+
+
+def test_shell_states_are_an_app_state_cache_bounded_in_bytes(tmp_path: Path) -> None:
+    """Before: a module-global OrderedDict of 512 sessions, whatever the texts they hold.
+    After: ``app.state.shell_states``, a ByteLRU of ``CTXD_SHELL_STATE_BYTES`` sized by the
+    texts held: a session's state over the bound is not kept (its next batch rebuilds it
+    from the stored calls and still infers the copy's hash), a second session over the
+    bound drops the least recently used; 0 keeps none."""
+    def heredoc(name: str, text: str) -> str:
+        return f"cat > {name} <<'EOF'\n{text}EOF"
+
+    with TestClient(create_app(Settings(data_dir=tmp_path, shell_state_bytes=6000))) as c:
+        states = c.app.state.shell_states  # type: ignore[attr-defined]
+        assert isinstance(states, ShellStates) and states.max_bytes == 6000
+        small = new_session(c)
+        post(c, small, bash("a1", "c1", heredoc("a.txt", "x\n")), result("t1", "c1", ""))
+        assert [k for k, _ in states.items()] == [small] and 0 < states.current_bytes < 1000
+        big, text = new_session(c), "b" * 7000 + "\n"
+        post(c, big, bash("a1", "c1", heredoc("big.txt", text)), result("t1", "c1", ""))
+        assert [k for k, _ in states.items()] == [small], "a state over the bound is not kept"
+        post(c, big, bash("a2", "c2", "cp big.txt copy.txt"), result("t2", "c2", ""))
+        copy = [e for e in events(c, big) if e["kind"] == "artifact_write" and e["artifact"] == "copy.txt"]
+        assert [e["content_hash"] for e in copy] == [sha(text)], "rebuilt from the stored calls"
+        second, third = new_session(c), new_session(c)
+        for sid in (second, third):
+            post(c, sid, bash("a1", "c1", heredoc("m.txt", "m" * 3500 + "\n")), result("t1", "c1", ""))
+        assert [k for k, _ in states.items()] == [third] and states.evictions == 2, "least recently used dropped"
+        assert states.current_bytes <= 6000
+    with TestClient(create_app(Settings(data_dir=tmp_path / "none", shell_state_bytes=0))) as c:
+        assert c.app.state.shell_states is None  # type: ignore[attr-defined]
+        sid = config_by_events(c)
+        assert c.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"config.yaml": 1}
+
+
+@pytest.mark.parametrize("event", [
+    {"event_id": "infer:5:0", "kind": "artifact_write", "artifact": "config.yaml"},
+    {"event_id": "infer:x", "kind": "message", "role": "user", "content": "hi"},
+    {"event_id": "infer:", "kind": "tool_result", "call_id": "c1", "payload": "timeout: 30\n"},
+], ids=["artifact_write", "message", "tool_result"])
+def test_a_client_event_id_in_the_inferred_namespace_is_422(client: TestClient, event: dict) -> None:
+    """Before: a client could post ``infer:5:0`` itself (200), posing as an inferred write and
+    taking the id the server would give the write it infers at seq 5. After: 422
+    problem+json naming the field and the reserved prefix; nothing stored. Ids that only
+    look alike are still the client's."""
+    sid = new_session(client)
+    assert post(client, sid, bash("a1", "c1", "cat config.yaml")).status_code == 200
+    before = client.get(f"/v1/sessions/{sid}").json()
+    r = post(client, sid, event)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json"), r.text
+    problem = r.json()
+    assert problem["errors"][0]["loc"] == ["body", "events", 0, event["kind"], "event_id"], problem
+    assert "'infer:'" in problem["detail"] and "reserved" in problem["detail"], problem
+    assert client.get(f"/v1/sessions/{sid}").json() == before
+    alike = {**event, "event_id": "Infer:" + event["event_id"][6:] + "-client", "kind": event["kind"]}
+    assert post(client, sid, alike).status_code == 200
 
 
 def test_own_consecutive_writes_are_no_external_change(client: TestClient) -> None:

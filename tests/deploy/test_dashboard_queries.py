@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-from app.adapters.miniswe import ModelCall, load_trajectory, replay_plan, session_create_body
-from tests.deploy.conftest import PROMETHEUS_YML, RULES, dashboard_exprs
+from app.native import free_port, stop, wait_ready
+from tests.deploy.conftest import PROMETHEUS_YML, RULES
 from tests.traces import TRACES_DIR
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -46,12 +43,6 @@ pytestmark = [
     pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
                        reason=f"{PROMETHEUS} is not installed (Debian package prometheus: .ci/run installs it)"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Summarizer(BaseHTTPRequestHandler):
@@ -89,7 +80,7 @@ def summarizer_url() -> Iterator[str]:
 def ctxd_base(tmp_path: Path, summarizer_url: str) -> Iterator[str]:
     from app.bench_http import serve
 
-    env = {"CTXD_REDIS_URL": f"redis://127.0.0.1:{_free_port()}/0",  # nothing listens: Redis is down
+    env = {"CTXD_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens: Redis is down
            "CTXD_SUMMARIZER_URL": summarizer_url, "CTXD_SUMMARIZER_RETRIES": "0"}
     with serve(data_dir=tmp_path / "data", env=env, log_path=tmp_path / "serve.log", ready_timeout=120) as base:
         yield base
@@ -112,99 +103,16 @@ def _prometheus_config(target: str) -> dict[str, Any]:
 def prometheus(ctxd_base: str, tmp_path: Path) -> Iterator[str]:
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(_prometheus_config(ctxd_base.removeprefix("http://"))))
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "prometheus.log").open("w")
     with tempfile.TemporaryDirectory(prefix="ctxd-prom-") as storage:
         proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={storage}",
                                  f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{base}/-/ready", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline, \
-                    (tmp_path / "prometheus.log").read_text()[-3000:]
-                time.sleep(0.2)
+            wait_ready(f"{base}/-/ready", timeout=60, alive=lambda: proc.poll() is None, what="prometheus",
+                       log=tmp_path / "prometheus.log")
             yield base
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop(proc, 20)
             log.close()
-
-
-def _replay(base: str, calls: int) -> dict[str, int]:
-    """POST the trace's events and GET its first ``calls`` requests, then a GET of an unknown
-    session (a 404); returns status counts."""
-    traj = load_trajectory(TRACE)
-    statuses: dict[str, int] = {}
-    with httpx.Client(base_url=base, timeout=120) as http:
-        def count(resp: httpx.Response) -> dict[str, Any]:
-            statuses[str(resp.status_code)] = statuses.get(str(resp.status_code), 0) + 1
-            assert resp.status_code < 500, resp.text
-            return resp.json()  # type: ignore[no-any-return]
-
-        sid = count(http.post("/v1/sessions", json=session_create_body(traj)))["id"]
-        done = 0
-        for step in replay_plan(traj):
-            if isinstance(step, ModelCall):
-                if done == calls:
-                    break
-                count(http.get(f"/v1/sessions/{sid}/request", params={"format": "openai"}))
-                done += 1
-            else:
-                count(http.post(f"/v1/sessions/{sid}/events", json={"events": list(step.events)}))
-        count(http.get("/v1/sessions/no-such-session/request"))
-        count(http.get(f"/v1/sessions/{sid}/record"))
-    return statuses
-
-
-def _query(prom: str, expr: str) -> list[dict[str, Any]]:
-    resp = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=10)
-    body = resp.json()
-    assert resp.status_code == 200 and body["status"] == "success", f"{expr}: {body}"
-    return body["data"]["result"]  # type: ignore[no-any-return]
-
-
-def _wait_for(prom: str, expr: str, timeout: float = 30) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while not (result := _query(prom, expr)):
-        assert time.monotonic() < deadline, f"no data for {expr} within {timeout} s"
-        time.sleep(0.5)
-    return result
-
-
-def test_every_dashboard_query_returns_data_after_a_short_load(prometheus: str, ctxd_base: str) -> None:
-    exprs = dashboard_exprs()
-    assert len(exprs) >= 9
-    # a 404 (the caller's error) before the load, scraped, and one after it: a new series
-    # counts in rate() only from its second sample
-    assert httpx.get(f"{ctxd_base}/v1/sessions/no-such-session/request").status_code == 404
-    _wait_for(prometheus, 'ctxd_http_requests_total{status="404"}')
-    statuses = _replay(ctxd_base, CALLS)
-    assert statuses.get("404") == 1 and statuses.get("200", 0) >= CALLS
-    metrics = httpx.get(f"{ctxd_base}/metrics").text
-    assert "ctxd_compaction_passes_total{" in metrics, "the replay made no compaction pass"
-    # polled: rules and rates need two scrapes after a counter moved (scrapes and rules run every second)
-    four_xx = 'status_class:ctxd_http_errors:ratio_rate1m{status_class="4xx"} > 0'
-    deadline = time.monotonic() + 60
-    while True:
-        empty = [(title, expr) for title, expr in exprs + [("4xx ratio", four_xx)] if not _query(prometheus, expr)]
-        if not empty or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert empty == [], f"dashboard queries without data: {empty}"
-    up = _query(prometheus, 'up{job="ctxd"}')
-    assert [float(s["value"][1]) for s in up] == [1.0]
-    passes = _query(prometheus, "sum(ctxd_compaction_passes_total)")
-    assert float(passes[0]["value"][1]) >= 1
-    rejected = _query(prometheus, "sum(ctxd_audit_rejections_total)")
-    assert float(rejected[0]["value"][1]) >= 1
-    assert 0 < float(_query(prometheus, four_xx)[0]["value"][1]) < 1

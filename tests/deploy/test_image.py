@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.native import free_port
 from tests.deploy.conftest import REPO
-from tests.e2e.conftest import free_port
 from tests.traces import TRACES_DIR
 
 DOCKERFILE = REPO / "Dockerfile"

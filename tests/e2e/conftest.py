@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +24,6 @@ def postgres_client(postgres_url: str, tmp_path_factory: pytest.TempPathFactory)
     settings = Settings(data_dir=tmp_path_factory.mktemp("ctxd-e2e-pg"), database_url=postgres_url)
     with TestClient(create_app(settings)) as client:
         yield client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ctxd() -> list[str]:

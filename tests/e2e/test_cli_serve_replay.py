@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import ctxd, free_port
+from app.native import free_port
+from tests.e2e.conftest import ctxd
 from tests.traces import TRACES_DIR as TRACES
 
 TRACE = TRACES / "pvlib__pvlib-python-1072__reasoner.traj.json"
@@ -20,10 +21,10 @@ def test_serve_then_replay_over_http(server: str, tmp_path: Path) -> None:
     done = subprocess.run([*ctxd(), "replay", str(TRACE), "--url", server, "--json-out", str(out)],
                           check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "prompt tokens" in done.stdout and "provider hit" in done.stdout and "15*" in done.stdout
+    assert "prompt tokens" in done.stdout and "provider hit" in done.stdout and "16*" in done.stdout
     report = json.loads(out.read_text())
     rows = report["rows"]
-    assert len(rows) == 16
+    assert [row["call"] for row in rows] == list(range(1, 17))  # numbered as the inspector numbers them
     # the session is named, with where to look inside it (a new user had to list sessions to find it)
     sid = report["session_id"]
     assert f"session {sid}: look inside it at {server.rstrip('/')}/ui/sessions/{sid}" in done.stdout

@@ -23,8 +23,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.bench_http import serve
+from app.native import free_port
 from tests.api.test_api import SESSION
-from tests.e2e.conftest import free_port
 from tests.tcp_proxy import TcpProxy
 
 

@@ -4,10 +4,8 @@ own, and the migration goes down and up again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 from fastapi.testclient import TestClient
@@ -19,18 +17,24 @@ from app.store.migrate import alembic_config
 #: The revision before sessions.model.
 PREVIOUS = "0003_ingest"
 
+#: A session as the early revisions stored it (the columns of 0002; later ones have defaults).
+OLD_ID = "0123456789abcdef0123456789abcdef"
 OLD_SESSION = sa.text(
     "INSERT INTO sessions (id, profile, contract, system, tools, metadata, last_seq, cut_seq, created_at) "
-    "VALUES ('0123456789abcdef0123456789abcdef', 'qwen3', '{\"goal\": \"g\", \"constraints\": []}', 's', '[]', "
-    "'{}', 0, 0, CURRENT_TIMESTAMP)")
+    "VALUES (:id, 'qwen3', '{\"goal\": \"g\", \"constraints\": []}', 's', '[]', '{}', :last_seq, 0, "
+    "CURRENT_TIMESTAMP)")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
-        return factory()
-    return f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
+def seed_old_session(url: str, revision: str, *, last_seq: int = 0) -> None:
+    """Upgrade the database at ``url`` to ``revision`` and store the session ``OLD_ID`` as it
+    stood then (``last_seq``: the seq of the events a test adds later)."""
+    command.upgrade(alembic_config(url), revision)
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(OLD_SESSION, {"id": OLD_ID, "last_seq": last_seq})
+    finally:
+        engine.dispose()
 
 
 def _columns(url: str) -> set[str]:
@@ -43,17 +47,13 @@ def _columns(url: str) -> set[str]:
 
 def test_sessions_model_migrates_up_and_down(database_url: str, tmp_path: Path) -> None:
     config = alembic_config(database_url)
-    command.upgrade(config, PREVIOUS)
-    engine = sa.create_engine(database_url)
-    with engine.begin() as conn:
-        conn.execute(OLD_SESSION)
-    engine.dispose()
+    seed_old_session(database_url, PREVIOUS)
     assert "model" not in _columns(database_url)
 
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     with TestClient(create_app(settings)) as client:  # the lifespan upgrades to head
         assert "model" in _columns(database_url)
-        old = "0123456789abcdef0123456789abcdef"
+        old = OLD_ID
         assert client.get(f"/v1/sessions/{old}").json()["model"] == "Qwen/Qwen3-8B"
         assert client.get(f"/v1/sessions/{old}/request").json()["request"]["model"] == "Qwen/Qwen3-8B"
         r = client.post("/v1/sessions", json={"contract": {"goal": "g"}, "model": "qwen3-8b-awq"})

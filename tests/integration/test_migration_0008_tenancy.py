@@ -15,9 +15,6 @@ from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
 from tests.api.test_api import SESSION, assistant, result
-from tests.integration import test_migration_0004_session_model
-
-database_url = test_migration_0004_session_model.database_url  # the fixture: both databases
 
 PREVIOUS = "0007_layout_deferral"
 

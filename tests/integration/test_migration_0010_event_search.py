@@ -16,7 +16,6 @@ from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
 from tests.api.test_api import SESSION, assistant, result
-from tests.integration.test_migration_0004_session_model import database_url  # noqa: F401 (fixture: both databases)
 from tests.secret_corpus import GH_CLASSIC
 
 PREVIOUS = "0009_progress_record"
@@ -31,7 +30,7 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_events_before_the_index_are_backfilled_and_found(database_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_events_before_the_index_are_backfilled_and_found(database_url: str, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     with TestClient(create_app(settings)) as client:
         sid = client.post("/v1/sessions", json=SESSION).json()["id"]

@@ -6,10 +6,8 @@ range's hash never), the sessions keep working, and the migration goes down and 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
@@ -17,17 +15,10 @@ from sqlalchemy import create_engine, text
 from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import alembic_config
+from tests.integration.test_migration_0004_session_model import OLD_ID, seed_old_session
 
 PREVIOUS = "0012_session_parent"
-SID = "0123456789abcdef0123456789abcdef"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
-        return factory()
-    return f"sqlite:///{tmp_path / 'ctxd.sqlite3'}"
+SID = OLD_ID
 
 
 def _read(artifact: str, revision: int, content_hash: str, rng: str | None = None) -> dict:
@@ -50,14 +41,9 @@ EVENTS = [
 def _seed(url: str) -> None:
     """The session as revision 0002 stored it (a later revision's rows need the later
     columns' defaults: the migrations give them), then the events and artifacts at 0012."""
-    config = alembic_config(url)
-    command.upgrade(config, "0002")
+    seed_old_session(url, "0002", last_seq=len(EVENTS))
+    command.upgrade(alembic_config(url), PREVIOUS)
     engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("INSERT INTO sessions (id, profile, contract, system, tools, metadata, last_seq, cut_seq, "
-                          "created_at) VALUES (:id, 'qwen3', '{\"goal\": \"g\"}', '', '[]', '{}', :n, 0, "
-                          "CURRENT_TIMESTAMP)"), {"id": SID, "n": len(EVENTS)})
-    command.upgrade(config, PREVIOUS)
     with engine.begin() as conn:
         for seq, (kind, body) in enumerate(EVENTS, start=1):
             conn.execute(text("INSERT INTO events (session_id, seq, event_id, kind, body, body_sha256, created_at) "

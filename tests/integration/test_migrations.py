@@ -5,8 +5,6 @@ manifests as deltas, small prefix records; a manifest stored before reads back e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from alembic import command
@@ -15,14 +13,6 @@ from sqlalchemy.orm import Session
 
 from app.store import repository as repo
 from app.store.migrate import alembic_config, upgrade_head
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        factory: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
-        return factory()
-    return f"sqlite:///{tmp_path / 'migrate.sqlite3'}"
 
 
 def _seed_at_0002(url: str) -> None:
@@ -74,46 +64,46 @@ def _rows(url: str, query: str) -> list[tuple]:
         engine.dispose()
 
 
-def test_layout_states_are_backfilled_from_cut_seq_and_back(empty_url: str) -> None:
-    config = alembic_config(empty_url)
+def test_layout_states_are_backfilled_from_cut_seq_and_back(database_url: str) -> None:
+    config = alembic_config(database_url)
     command.upgrade(config, "0002")
-    _seed_at_0002(empty_url)
+    _seed_at_0002(database_url)
 
-    upgrade_head(empty_url)
-    assert _rows(empty_url, "SELECT session_id, version, cut_seq FROM layout_states ORDER BY session_id") == [
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT session_id, version, cut_seq FROM layout_states ORDER BY session_id") == [
         ("s1", 0, 7), ("s2", 0, 0)]
-    assert _rows(empty_url, "SELECT count(*) FROM prefix_states") == [(0,)], "old prefix records dropped"
-    engine = create_engine(empty_url)
+    assert _rows(database_url, "SELECT count(*) FROM prefix_states") == [(0,)], "old prefix records dropped"
+    engine = create_engine(database_url)
     with Session(engine) as db:
-        (manifest_id,) = _rows(empty_url, "SELECT id FROM manifests")[0]
+        (manifest_id,) = _rows(database_url, "SELECT id FROM manifests")[0]
         stored = repo.get_manifest(db, "s1", manifest_id)
         assert stored is not None and stored.to_json() == OLD_MANIFEST | {"id": manifest_id}, "read back exactly"
     engine.dispose()
-    assert _rows(empty_url, "SELECT count(*) FROM events") == [(4,)], "recreating sessions kept every event"
-    engine = create_engine(empty_url)
+    assert _rows(database_url, "SELECT count(*) FROM events") == [(4,)], "recreating sessions kept every event"
+    engine = create_engine(database_url)
     assert "cut_seq" not in {c["name"] for c in inspect(engine).get_columns("sessions")}
     engine.dispose()
 
     command.downgrade(config, "0002")
-    assert _rows(empty_url, "SELECT id, cut_seq FROM sessions ORDER BY id") == [("s1", 7), ("s2", 0)]
-    assert _rows(empty_url, "SELECT count(*) FROM events") == [(4,)]
+    assert _rows(database_url, "SELECT id, cut_seq FROM sessions ORDER BY id") == [("s1", 7), ("s2", 0)]
+    assert _rows(database_url, "SELECT count(*) FROM events") == [(4,)]
 
-    upgrade_head(empty_url)
-    assert _rows(empty_url, "SELECT session_id, cut_seq FROM layout_states ORDER BY session_id") == [("s1", 7), ("s2", 0)]
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT session_id, cut_seq FROM layout_states ORDER BY session_id") == [("s1", 7), ("s2", 0)]
 
 
-def test_layout_deferral_columns_up_down_up(empty_url: str) -> None:
+def test_layout_deferral_columns_up_down_up(database_url: str) -> None:
     """Migration 0007_layout_deferral: layout states stored at 0006 read back with nothing
     deferred and nothing shown; a deferral written by compare-and-set survives reading;
     down drops the columns keeping the rows, up restores them empty."""
     from app.domain.state import LayoutState
 
-    config = alembic_config(empty_url)
+    config = alembic_config(database_url)
     command.upgrade(config, "0002")
-    _seed_at_0002(empty_url)
+    _seed_at_0002(database_url)
     command.upgrade(config, "0006_manifest_deltas")
-    upgrade_head(empty_url)
-    engine = create_engine(empty_url)
+    upgrade_head(database_url)
+    engine = create_engine(database_url)
     try:
         with Session(engine) as db:
             found = repo.load_session_state(db, "s1")
@@ -131,28 +121,28 @@ def test_layout_deferral_columns_up_down_up(empty_url: str) -> None:
     finally:
         engine.dispose()
     command.downgrade(config, "0006_manifest_deltas")
-    engine = create_engine(empty_url)
+    engine = create_engine(database_url)
     assert {"deferred", "shown_upto"}.isdisjoint(c["name"] for c in inspect(engine).get_columns("layout_states"))
     engine.dispose()
-    assert _rows(empty_url, "SELECT session_id, version, cut_seq FROM layout_states ORDER BY session_id") == [
+    assert _rows(database_url, "SELECT session_id, version, cut_seq FROM layout_states ORDER BY session_id") == [
         ("s1", 1, 7), ("s2", 0, 0)]
-    upgrade_head(empty_url)
-    assert _rows(empty_url, "SELECT session_id, shown_upto FROM layout_states ORDER BY session_id") == [
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT session_id, shown_upto FROM layout_states ORDER BY session_id") == [
         ("s1", 0), ("s2", 0)]
 
 
-def test_session_parent_up_down_up(empty_url: str) -> None:
+def test_session_parent_up_down_up(database_url: str) -> None:
     """Migration 0012_session_parent (issue 16): sessions stored at 0011 read back with no
     parent; a child's link to its parent is stored and enforced (a parent that does not
     exist is refused by the foreign key); down drops the column keeping the sessions, up
     restores it empty."""
-    config = alembic_config(empty_url)
+    config = alembic_config(database_url)
     command.upgrade(config, "0002")
-    _seed_at_0002(empty_url)
+    _seed_at_0002(database_url)
     command.upgrade(config, "0011_message_positions")
-    upgrade_head(empty_url)
-    assert _rows(empty_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
-    engine = create_engine(empty_url)
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
+    engine = create_engine(database_url)
     try:
         with engine.begin() as conn:
             conn.execute(text("UPDATE sessions SET parent_id = 's1' WHERE id = 's2'"))
@@ -164,9 +154,9 @@ def test_session_parent_up_down_up(empty_url: str) -> None:
     finally:
         engine.dispose()
     command.downgrade(config, "0011_message_positions")
-    engine = create_engine(empty_url)
+    engine = create_engine(database_url)
     assert "parent_id" not in {c["name"] for c in inspect(engine).get_columns("sessions")}
     engine.dispose()
-    assert _rows(empty_url, "SELECT id FROM sessions ORDER BY id") == [("s1",), ("s2",)]
-    upgrade_head(empty_url)
-    assert _rows(empty_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
+    assert _rows(database_url, "SELECT id FROM sessions ORDER BY id") == [("s1",), ("s2",)]
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]

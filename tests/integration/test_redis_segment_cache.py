@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import redis
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.native import free_port
 from app.settings import Settings
 from tests.e2e.replay_checks import replay_and_check
 from tests.traces import TRACE_FILES
@@ -28,9 +27,7 @@ def test_replay_with_redis_segment_cache(clean_redis: str, tmp_path, qwen3_ids) 
 
 
 def test_redis_down_falls_back_and_never_fails(tmp_path, qwen3_ids) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the with-block ends: nothing listens there
+    port = free_port()  # closed once chosen: nothing listens there
     settings = Settings(data_dir=tmp_path, redis_url=f"redis://127.0.0.1:{port}/0")
     with TestClient(create_app(settings)) as client:
         stats = replay_and_check(client, TRACE, template_ids=qwen3_ids)

@@ -18,7 +18,6 @@ job of another fold is never waited for.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from app.main import create_app
 from app.settings import Settings
 from tests.api.test_api import SESSION
+from tests.in_thread import served
 from tests.integration.test_summarizer import Script, server  # noqa: F401  (the loopback summarizer fixture)
 from tests.integration.test_summarizer_pass import MODEL_STEP, SMALL, correct, turn
 
@@ -45,34 +44,24 @@ def slow(seconds: float) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 @contextmanager
-def serve(tmp_path: Path, summarizer_url: str, wait: float) -> Iterator[tuple[httpx.Client, Any]]:
-    """ctxd served by uvicorn on a free loopback port (as tests/api/test_schema_fuzz.py
-    does), ready; yields a keep-alive client (an agent's) and the app."""
+def serve(tmp_path: Path, summarizer: tuple[str, list[Script]], wait: float,
+          answer_after: float = SLOW) -> Iterator[tuple[httpx.Client, Any]]:
+    """ctxd served by uvicorn on a free loopback port (tests/in_thread.py), ready, with the
+    loopback ``summarizer`` answering after ``answer_after`` seconds; yields a keep-alive
+    client (an agent's) and the app."""
+    summarizer_url, holder = summarizer
+    holder[0] = Script(slow(answer_after))
     profiles = tmp_path / "profiles.toml"
     profiles.write_text(SMALL)
     app = create_app(Settings(data_dir=tmp_path / f"data-{wait}", profiles_path=profiles, rate_limit="",
                               summarizer_url=summarizer_url, summarizer_timeout_seconds=30,
                               summarizer_wait_seconds=wait))
-    server_ = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server_.run, name="ctxd-wait-server", daemon=True)
-    thread.start()
-    try:
+    with served(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        yield client, app
+        # let the last summarizer job end before the server stops
         deadline = time.monotonic() + 120
-        while not server_.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        while len(app.state.summary_jobs) and time.monotonic() < deadline:
             time.sleep(0.05)
-        url = f"http://127.0.0.1:{server_.servers[0].sockets[0].getsockname()[1]}"
-        with httpx.Client(base_url=url, timeout=60) as client:
-            while client.get("/readyz").status_code != 200:
-                assert time.monotonic() < deadline, "the tokenizer did not load in 120 s"
-                time.sleep(0.2)
-            yield client, app
-            # let the last summarizer job end before the server stops
-            while len(app.state.summary_jobs) and time.monotonic() < deadline:
-                time.sleep(0.05)
-    finally:
-        server_.should_exit = True
-        thread.join(timeout=30)
 
 
 def agent_until_pass(client: httpx.Client, sid: str) -> tuple[dict[str, Any], float, list[float]]:
@@ -99,9 +88,7 @@ def new_session(client: httpx.Client) -> str:
 
 def test_the_pass_get_waits_for_the_candidate_of_its_fold(tmp_path: Path,
                                                          server: tuple[str, list[Script]]) -> None:  # noqa: F811
-    url, holder = server
-    holder[0] = Script(slow(SLOW))
-    with serve(tmp_path, url, wait=5) as (client, _):
+    with serve(tmp_path, server, wait=5) as (client, _):
         sid = new_session(client)
         got, took, before = agent_until_pass(client, sid)
         source = got["manifest"]["compaction"]["record"]["source"]
@@ -112,7 +99,7 @@ def test_the_pass_get_waits_for_the_candidate_of_its_fold(tmp_path: Path,
         assert wait["ran_out"] is False and 0.5 < wait["seconds"] < 5, wait
         assert took >= wait["seconds"], "the GET's latency includes the wait"
         assert max(before) < 1.0, "GETs that run no pass never waited"
-        assert len(holder[0].requests) == 1
+        assert len(server[1][0].requests) == 1
         # GET /record and a second GET agree; the second one waits for nothing
         record = client.get(f"/v1/sessions/{sid}/record").json()
         assert record["record"]["source"]["source"] == "model" and record["text"] == trunk
@@ -127,9 +114,7 @@ def test_without_a_wait_the_pass_uses_the_deterministic_record(tmp_path: Path,
                                                                server: tuple[str, list[Script]]) -> None:  # noqa: F811
     """CTXD_SUMMARIZER_WAIT_SECONDS=0 is the behaviour before: the agent's GET outruns the
     summarizer (the job is still asking when the pass runs)."""
-    url, holder = server
-    holder[0] = Script(slow(SLOW))
-    with serve(tmp_path, url, wait=0) as (client, app):
+    with serve(tmp_path, server, wait=0) as (client, app):
         sid = new_session(client)
         got, took, _ = agent_until_pass(client, sid)
         source = got["manifest"]["compaction"]["record"]["source"]
@@ -145,9 +130,7 @@ def test_without_a_wait_the_pass_uses_the_deterministic_record(tmp_path: Path,
 
 def test_a_summarizer_slower_than_the_wait_ends_in_the_deterministic_record(
         tmp_path: Path, server: tuple[str, list[Script]]) -> None:  # noqa: F811
-    url, holder = server
-    holder[0] = Script(slow(4.0))
-    with serve(tmp_path, url, wait=1.0) as (client, _):
+    with serve(tmp_path, server, wait=1.0, answer_after=4.0) as (client, _):
         sid = new_session(client)
         got, took, _ = agent_until_pass(client, sid)
         source = got["manifest"]["compaction"]["record"]["source"]
@@ -167,9 +150,7 @@ def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, 
     yet: no GET can tell it is not its own; the POSTs' own hooks are skipped), every GET
     that runs no pass answers at once and only the pass GET waits (here until its bound);
     with a job of another fold in flight, the pass GET does not wait either."""
-    url, holder = server
-    holder[0] = Script(slow(SLOW))
-    with serve(tmp_path, url, wait=2) as (client, app):
+    with serve(tmp_path, server, wait=2) as (client, app):
         jobs = app.state.summary_jobs
         for fold in (None, (1, (999_999,))):
             sid = new_session(client)
@@ -188,4 +169,4 @@ def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, 
                 assert source["wait"]["ran_out"] is True and 2.0 <= source["wait"]["seconds"] < 3.0 and took >= 2.0
             else:  # a job of another fold: no wait
                 assert "wait" not in source and took < 1.0, (source, took)
-        assert holder[0].requests == [], "every POST's hook was skipped: a job was in flight"
+        assert server[1][0].requests == [], "every POST's hook was skipped: a job was in flight"

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -28,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.native import free_port
 from app.tokenizers.segments import (
     LocalLRUCache,
     RedisTokenCache,
@@ -359,28 +359,20 @@ def test_single_word_tokenizer_is_not_cut(hf_tok: Any) -> None:
 # --- Redis ------------------------------------------------------------------------------
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
-
-
 def test_redis_client_without_timeout_is_refused() -> None:
     import redis
 
     with pytest.raises(ValueError):
-        RedisTokenCache(redis.Redis(port=_closed_port(), socket_timeout=None), ttl_seconds=60, timeout_seconds=0.05)
+        RedisTokenCache(redis.Redis(port=free_port(), socket_timeout=None), ttl_seconds=60, timeout_seconds=0.05)
     with pytest.raises(ValueError):
-        RedisTokenCache(redis.Redis(port=_closed_port(), socket_timeout=5), ttl_seconds=60, timeout_seconds=0.05)
+        RedisTokenCache(redis.Redis(port=free_port(), socket_timeout=5), ttl_seconds=60, timeout_seconds=0.05)
 
 
 def test_redis_unreachable_falls_back_quickly(hf_tok: Any) -> None:
     """Redis down (closed port): ids stay exact, the request is not slowed, fallbacks counted."""
     reasons: list[str] = []
     cache = RedisTokenCache.from_url(
-        f"redis://127.0.0.1:{_closed_port()}/0", ttl_seconds=60, timeout_seconds=0.05, on_fallback=reasons.append
+        f"redis://127.0.0.1:{free_port()}/0", ttl_seconds=60, timeout_seconds=0.05, on_fallback=reasons.append
     )
     enc = SegmentEncoder.from_hf(hf_tok, cache=cache)
     text = render(hf_tok, load_trace(FAST_TRACES[0])[:6], tokenize=False)
@@ -434,7 +426,7 @@ def own_redis() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server binary not available")
-    port = _closed_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

@@ -108,3 +108,29 @@ def test_the_hook_releases_its_job_however_it_ends() -> None:
         jobs.start("s")
         assert summarize_pass_after_post(lambda: None, client, config, store, "s", jobs) is None
         assert jobs.in_flight("s", FOLD)
+
+
+def test_candidate_store_is_bounded_in_bytes_by_its_records() -> None:
+    """Before: an OrderedDict of 1024 sessions whatever their records' size. After: a ByteLRU
+    of ``CTXD_SUMMARY_OUTCOME_BYTES`` sized by each outcome's record JSON and findings: a
+    second large outcome drops the least recently used session, and an outcome larger than
+    the bound is not kept (its pass uses the deterministic record)."""
+    from app.domain.compaction.evidence import Finding
+    from app.services.summarizer import SummaryOutcome, outcome_size
+
+    def outcome(chars: int, findings: int = 0) -> SummaryOutcome:
+        rejections = ((Finding("lost", "constraint:c1", "d" * 10),) * findings,) if findings else ()
+        return SummaryOutcome({"goal": "g" * chars}, "model", 1, rejections, basis=(1, (1, 2), 3), planner_version=1)
+
+    one = outcome(600)
+    assert outcome_size("s1", one) > 600 and outcome_size("s1", outcome(600, findings=3)) > outcome_size("s1", one)
+    store = CandidateStore(max_bytes=2000)
+    store.put("s1", one)
+    store.put("s2", outcome(600))
+    assert store.get("s1") is one  # s2 is now the least recently used
+    store.put("s3", outcome(600))
+    assert store.get("s2") is None and store.get("s1") is one and store.get("s3") is not None
+    store.put("s4", outcome(5000))
+    assert store.get("s4") is None and store.source("s4") is None
+    store.put("s1", outcome(5000))  # a new outcome too large for the bound drops the older one
+    assert store.get("s1") is None

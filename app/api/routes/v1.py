@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
+from sqlalchemy.orm import Session as OrmSession
 
 from app.api.auth import Caller
-from app.api.deps import Candidates, Db, Memo, Meters, PassDueSignal, Profiles, SummaryWaitFor, Uow
+from app.api.deps import Candidates, Db, Memo, Meters, PassDueSignal, Profiles, ShellStateCache, SummaryWaitFor, Uow
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
 from app.api.schemas import (
@@ -64,7 +66,8 @@ def create_child(session_id: str, body: ChildCreate, uow: Uow, profiles: Profile
                  caller: Caller) -> SessionCreated:
     """Create a child session for a sub-agent (issue 16): same tenant, the parent's
     constraints verbatim, ``goal`` the sub-task; system, tools, profile and model default to
-    the parent's. A ``conclusion`` event posted to the child returns to this session as one
+    the parent's, and so do metadata ``shell_tools`` and ``invalidation`` unless ``metadata``
+    gives them. A ``conclusion`` event posted to the child returns to this session as one
     observation naming the child and the handle of its text; nothing else of the child
     enters this session's requests. A session with children cannot be deleted (409)."""
     with uow() as db:
@@ -86,26 +89,33 @@ def get_session(session_id: str, db: Db, profiles: Profiles) -> SessionOut:
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
 def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
-                memo: Memo, background: BackgroundTasks, caller: Caller) -> EventBatchOut:
+                memo: Memo, background: BackgroundTasks, caller: Caller, shell_states: ShellStateCache
+                ) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
     tool outputs' token counts are computed after the response (manifests report them).
     A batch that brings the tenant over its storage quota is 429 and stores nothing."""
     events = [e.model_dump(mode="json") for e in batch.events]
     settings = request.app.state.settings
+    return EventBatchOut(**_ingest(
+        request, background, uow, profiles, meters, memo, caller, session_id, results="results",
+        ingest=lambda db: session_service.ingest_events(db, session_id, events,
+                                                        max_payload_bytes=settings.max_payload_bytes,
+                                                        redact=settings.redact_secrets, shell_states=shell_states)))
+
+
+def _ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: Profiles, meters: Meters,
+            memo: AssemblyMemo, caller: Caller, session_id: str, *, ingest: Callable[[OrmSession], dict[str, Any]],
+            results: str) -> dict[str, Any]:
+    """A POST that appends events: ``ingest(db)`` in one unit of work that commits only
+    within the tenant's storage quota (429 otherwise, nothing stored), then the work after
+    the response: the new tool outputs' token counts and, when configured, the
+    model-written record. Returns ingest's answer without ``new_tool_outputs``
+    (``results``: the key of its per-item list, each with a ``status``)."""
     with uow() as db:
-        out = session_service.ingest_events(db, session_id, events, max_payload_bytes=settings.max_payload_bytes,
-                                            redact=settings.redact_secrets)
-        tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
-    _after_ingest(request, background, uow, profiles, meters, memo, session_id, out.pop("new_tool_outputs"),
-                  created=any(r["status"] == "created" for r in out["results"]))
-    return EventBatchOut(**out)
-
-
-def _after_ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: Profiles, meters: Meters,
-                  memo: AssemblyMemo, session_id: str, new_outputs: list[str], *, created: bool) -> None:
-    """The work after a POST that appended events, run after the response: the new tool
-    outputs' token counts and, when configured, the model-written record."""
-    handles = sorted(set(new_outputs))
+        out = ingest(db)
+        tenancy_service.check_storage_quota(db, caller.tenant_id, request.app.state.settings.storage_quota_bytes)
+    handles = sorted(set(out.pop("new_tool_outputs")))
+    created = any(r["status"] == "created" for r in out[results])
     if handles:
         background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
     state = request.app.state
@@ -117,12 +127,13 @@ def _after_ingest(request: Request, background: BackgroundTasks, uow: Uow, profi
                                     memo=memo, read_factory=state.read_factory),
                             state.summarizer_http, state.summarizer, state.summaries, session_id, state.summary_jobs,
                             registered=True)
+    return out
 
 
 @router.post("/sessions/{session_id}/messages", response_model=MessageBatchOut,
              responses=documented(400, 404, 409, 413))
 def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: Uow, profiles: Profiles,
-                  meters: Meters, memo: Memo, background: BackgroundTasks, caller: Caller,
+                  meters: Meters, memo: Memo, background: BackgroundTasks, caller: Caller, shell_states: ShellStateCache,
                   format: Annotated[Literal["openai", "anthropic"], Query(
                       description="the messages' format: openai (chat completions) or anthropic (Messages API)")]
                   = "openai") -> MessageBatchOut:
@@ -134,14 +145,11 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
     settings = request.app.state.settings
     mapped = validated_messages(map_messages(batch.messages, fmt=format, start=batch.start, system=batch.system),
                                 start=batch.start, max_instructions_chars=settings.max_string_chars)
-    with uow() as db:
-        out = message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
-                                              meters=meters, max_payload_bytes=settings.max_payload_bytes,
-                                              redact=settings.redact_secrets)
-        tenancy_service.check_storage_quota(db, caller.tenant_id, settings.storage_quota_bytes)
-    _after_ingest(request, background, uow, profiles, meters, memo, session_id, out.pop("new_tool_outputs"),
-                  created=any(r["status"] == "created" for r in out["messages"]))
-    return MessageBatchOut(**out)
+    return MessageBatchOut(**_ingest(
+        request, background, uow, profiles, meters, memo, caller, session_id, results="messages",
+        ingest=lambda db: message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
+                                                          meters=meters, max_payload_bytes=settings.max_payload_bytes,
+                                                          redact=settings.redact_secrets, shell_states=shell_states)))
 
 
 def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, memo: AssemblyMemo, session_id: str,
