@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -20,7 +20,7 @@ from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
 from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record, pinned_group
-from app.domain.compaction.forecast import PassForecast, forecast_pass, recent_growth
+from app.domain.compaction.forecast import GROWTH_WINDOW, PassForecast, forecast_pass, recent_growth
 from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
@@ -286,9 +286,12 @@ def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: in
     payload, neutralised = neutralise_control_text(result.payload, meter.control_strings)
     size, lines = payload_size(result.payload)
     head_tokens = cap_tokens // 2
-    cut = meter.cut_ends(payload, head_tokens, cap_tokens - head_tokens)
+    known = payload_tokens if payload_tokens is not None and not neutralised else None  # the count of ``payload``
+    # a known count within the cap says the cut would keep it whole: it is not tokenized again
+    cut = None if known is not None and known <= cap_tokens else meter.cut_ends(payload, head_tokens,
+                                                                                 cap_tokens - head_tokens)
     if cut is None:  # within the cap: its count costs no more than the cap
-        tokens = payload_tokens if payload_tokens is not None and not neutralised else meter.count_text(payload)
+        tokens = known if known is not None else meter.count_text(payload)
         return BoundedResult(payload, tokens, 0, None, size, lines, neutralised)
     head, tail = cut
     span = elided_span(payload, head, tail)
@@ -802,25 +805,49 @@ def _invalidation_fields(seq: int, plan: InvalidationPlan, meter: TokenMeter | N
 
 
 def apply_invalidation(group: TurnGroup, messages: Sequence[LeafMessage], plan: InvalidationPlan,
-                       notices: Sequence[str], control: Sequence[str]) -> tuple[LeafMessage, ...]:
+                       notices: Sequence[str], control: Sequence[str],
+                       memo: dict[Any, Any] | None = None) -> tuple[LeafMessage, ...]:
     """The group's leaf messages with the plan applied (seed 000 table 9): a tombstoned
     result's content replaced in place by its tombstone, and ``notices`` (those anchored
     after this group) appended: to the group's last tool message when it ends with one,
     else as a user message after it. ctxd's texts have their control strings neutralised
-    (artifact names come from clients)."""
+    (artifact names come from clients). ``memo`` (the group view's): a message replaced by
+    the same text as at the last GET is the same object (with what the renderer, the meter
+    and the wire format derived from it, ``LeafMessage.memo``)."""
     out = []
     for m in messages:
         choice = plan.choices.get(m.seq) if m.role == "tool" and m.seq is not None else None
         if choice is not None and choice.text is not None:
-            m = replace(m, content=neutralise_control_text(choice.text, control)[0])
+            m = _replaced(m, "tombstone", choice.text, control, memo)
         out.append(m)
     if notices:
-        text = neutralise_control_text("\n".join(notices), control)[0]
+        text = "\n".join(notices)
         if out and out[-1].role == "tool":
-            out[-1] = replace(out[-1], content=out[-1].content + "\n\n" + text)
+            out[-1] = _replaced(out[-1], "notice", text, control, memo)
         else:
-            out.append(LeafMessage(role="user", content=text))
+            held = memo.get(("notice message",)) if memo is not None else None
+            if held is None or held[0] != text:
+                held = (text, LeafMessage(role="user", content=neutralise_control_text(text, control)[0]))
+                if memo is not None:
+                    memo[("notice message",)] = held
+            out.append(held[1])
     return tuple(out)
+
+
+def _replaced(message: LeafMessage, how: str, text: str, control: Sequence[str],
+              memo: dict[Any, Any] | None) -> LeafMessage:
+    """``message`` with its content replaced by ``text`` (``how`` "tombstone") or with ``text``
+    appended as a notice (``how`` "notice"), control strings neutralised; the same object as
+    at the last call with this message and text (``memo``, one entry per message and kind)."""
+    key = (how, id(message))
+    held = memo.get(key) if memo is not None else None
+    if held is not None and held[0] is message and held[1] == text:
+        return held[2]  # type: ignore[no-any-return]
+    safe = neutralise_control_text(text, control)[0]
+    out = replace(message, content=safe if how == "tombstone" else message.content + "\n\n" + safe)
+    if memo is not None:
+        memo[key] = (message, text, out)
+    return out
 
 
 def _side_items(documents: Documents, side_events: Sequence[Event], conversation: Conversation, *, boundary: int,
@@ -945,28 +972,36 @@ def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | N
                        summary: dict[str, int] | None, memo: dict[Any, Any] | None = None) -> Item:
     """A tool result's ``item`` with its state under ``plan`` (:func:`_invalidation_fields`;
     ``shown()``: its text before the plan, read only when the plan chose a representation
-    for it); itself when the plan says nothing of it. ``memo`` (its group view's): an item
-    whose state comes without a choice is the same object from GET to GET (its manifest
-    entry then too)."""
-    if item.seq not in plan.states:
+    for it); itself when the plan says nothing of it. ``memo`` (its group view's): the
+    fields are a function of the item, its state, the plan's choice for it and the text
+    shown, so an item whose state and choice are equal to the last GET's is the same object
+    from GET to GET (its manifest entry then too), and its counts are added to ``summary``
+    again without counting its texts."""
+    state = plan.states.get(item.seq)
+    if state is None:
         return item
-    if meter is None or summary is None or plan.choices.get(item.seq) is None:
+    choice = plan.choices.get(item.seq) if meter is not None and summary is not None else None
+    text = shown() if choice is not None else None
+    key = (id(item), choice is not None)
+    held = memo.get(key) if memo is not None else None
+    if held is not None and held[0] is item and held[1] == state and held[2] == choice \
+            and (held[3] is text or held[3] == text):
+        if held[5]:
+            for name, value in held[5]:
+                summary[name] += value  # type: ignore[index]
+        return held[4]  # type: ignore[no-any-return]
+    added: dict[str, int] | None = None
+    if choice is None:
         fields = _invalidation_fields(item.seq, plan, None, "", None)  # the state alone
-        try:
-            key: Any = (id(item), tuple(fields.items()))
-            hash(key)
-        except TypeError:
-            key = None
-        if memo is not None and key is not None:
-            held = memo.get(key)
-            if held is not None and held[0] is item:
-                return held[1]  # type: ignore[no-any-return]
-        out = replace(item, **fields) if fields else item
-        if memo is not None and key is not None:
-            memo[key] = (item, out)
-        return out
-    fields = _invalidation_fields(item.seq, plan, meter, shown(), summary)
-    return replace(item, **fields) if fields else item
+    else:
+        added = dict.fromkeys(summary or (), 0)
+        fields = _invalidation_fields(item.seq, plan, meter, text or "", added)
+        for name, value in added.items():
+            summary[name] += value  # type: ignore[index]
+    out = replace(item, **fields) if fields else item
+    if memo is not None:
+        memo[key] = (item, state, choice, text, out, tuple((k, v) for k, v in (added or {}).items() if v))
+    return out
 
 
 class _GroupView:
@@ -1060,6 +1095,24 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
         views.clear()
         views.update(kept)
     return out, all_counts
+
+
+def _touched_groups(plan: InvalidationPlan, firsts: Sequence[int],
+                    raw_groups: Sequence[tuple[LeafMessage, ...]]) -> set[int] | None:
+    """The indices of the groups whose leaf messages ``plan`` replaces (a tool message whose
+    choice has a text: a tombstone), found by the group starting at or before each seq
+    (``firsts``: the groups' first seqs); None when one is not found there (every group is
+    then looked at). :func:`apply_invalidation` returns any other group's messages as they
+    are (with no notice after it), so it need not run on them."""
+    out: set[int] = set()
+    for seq, choice in plan.choices.items():
+        if choice.text is None:
+            continue
+        index = bisect_right(firsts, seq) - 1
+        if index < 0 or not any(m.seq == seq and m.role == "tool" for m in raw_groups[index]):
+            return None
+        out.add(index)
+    return out
 
 
 def pass_over_target(measurement: Measurement, t_lo: int, *, rejected: bool, newest_only: bool) -> str:
@@ -1170,8 +1223,10 @@ def assemble_window(
         notes = anchored(current)
         if not current.choices and not notes:
             return raw_groups
-        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings)
-                if current.choices or i in notes else m for i, (g, m) in enumerate(zip(groups, raw_groups))]
+        touched = _touched_groups(current, grouping.firsts, raw_groups)
+        return [apply_invalidation(g, m, current, notes.get(i, ()), meter.control_strings, views[i].invalidated)
+                if (touched is None or i in touched) or i in notes else m
+                for i, (g, m) in enumerate(zip(groups, raw_groups))]
 
     leaf_groups = with_plan(plan)
 
@@ -1452,9 +1507,19 @@ def assemble_window(
     )
 
 
+_CHARS = ("assembly", "chars")  # LeafMessage.memo: the characters of a message's texts
+
+
 def _size(messages: Sequence[LeafMessage]) -> int:
-    """Characters of a group's leaf texts (contents and call arguments)."""
-    return sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+    """Characters of a group's leaf texts (contents and call arguments); each message's
+    kept in its memo (leaf messages are the same objects from GET to GET)."""
+    total = 0
+    for m in messages:
+        chars = m.memo.get(_CHARS)
+        if chars is None:
+            chars = m.memo[_CHARS] = len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
+        total += chars
+    return total
 
 
 def _growth(leaf_groups: Sequence[Sequence[LeafMessage]], conversation: Conversation, measurement: Measurement, *,
@@ -1462,6 +1527,13 @@ def _growth(leaf_groups: Sequence[Sequence[LeafMessage]], conversation: Conversa
     """The recent per-call growth of the request (tokens): the leaf's exact tokens shared
     by size among its texts, the mean share of the newest turn groups since ``first`` that
     send something (the pinned user message excluded: no call added it;
-    :func:`app.domain.compaction.forecast.recent_growth`)."""
-    sizes = [_size(leaf_groups[i]) for i in range(first, newest + 1) if i != pin and leaf_groups[i]]
+    :func:`app.domain.compaction.forecast.recent_growth`, which reads only the newest
+    ``GROWTH_WINDOW`` of them: only those are measured)."""
+    sizes: list[int] = []
+    for i in range(newest, first - 1, -1):
+        if len(sizes) == GROWTH_WINDOW:
+            break
+        if i != pin and leaf_groups[i]:
+            sizes.append(_size(leaf_groups[i]))
+    sizes.reverse()
     return recent_growth(sizes, leaf_size=_size(conversation.leaf), leaf_tokens=int(measurement.by_zone.get("leaf", 0)))

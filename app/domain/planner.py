@@ -8,7 +8,6 @@ changed token); seed 003 (assembly manifest).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -28,7 +27,7 @@ from app.domain.manifest import (
     budget_json,
 )
 from app.domain.ports import TokenMeter, WireFormat
-from app.domain.prefix import CacheModel, ReuseReport, predict_reuse
+from app.domain.prefix import CacheModel, ReuseReport, body_sha256, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.domain.state import LayoutState, PreviousRequest, RememberedIds, SessionState
 from app.domain.supersession import InvalidationOptions
@@ -142,6 +141,7 @@ def plan_request(
                                invalidation=invalidation_options(state.session, state.layout.deferred,
                                                                  state.layout.shown_upto, pass_due=pass_due))
     body, body_bytes = wire.serialize(assembly.conversation, assembly.measurement)
+    body_digest = body_sha256(body_bytes, remembered.body if remembered is not None else None)
     m = assembly.measurement
     decided = assembly.invalidation
     new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
@@ -168,7 +168,7 @@ def plan_request(
     items, elided = assembly.items, assembly.elided
     manifest = Manifest(
         session_id=state.session.id, profile=policy.profile, format=wire.name, last_seq=state.last_seq,
-        request_sha256=hashlib.sha256(body_bytes).hexdigest(),
+        request_sha256=body_digest.hexdigest,
         tokens=TokenCounts(m.total, dict(m.by_zone), dict(m.by_role)),
         budget=budget_json(policy.budget), cache=cache,
         layout=LayoutReport(root=wire.zones["root"], trunk=wire.zones["trunk"], leaf=wire.zones["leaf"],
@@ -191,7 +191,8 @@ def plan_request(
         previous=PreviousRequest(length=m.total, fingerprint=reuse.state.fingerprint, last_seq=state.last_seq,
                                  cut_seq=assembly.cut_seq, deferred=new_layout.deferred,
                                  shown_upto=new_layout.shown_upto),
-        remembered=RememberedIds(state=reuse.state, packed=reuse.packed, chain=reuse.chain, layout=digest),
+        remembered=RememberedIds(state=reuse.state, packed=reuse.packed, chain=reuse.chain, layout=digest,
+                                 body=body_digest),
         reuse=reuse, assembly=assembly,
     )
 

@@ -45,11 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any, AnyStr, Literal, cast
 
 __all__ = [
+    "BodyDigest",
     "CacheKind",
     "CacheModel",
     "PrefixState",
     "ReuseReport",
     "block_hashes",
+    "body_sha256",
     "common_prefix_len",
     "predict_reuse",
     "prefix_state",
@@ -192,6 +194,44 @@ def common_prefix_len(a: AnyStr, b: AnyStr) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+DIGEST_MARK_BYTES = 16 * 1024  # body_sha256: a sha256 midstate kept every this many bytes
+
+
+@dataclass(frozen=True)
+class BodyDigest:
+    """The sha256 (hex) of a served request's bytes, with the bytes and the hash's midstates
+    at every ``DIGEST_MARK_BYTES`` bytes (``(offset, hashlib object)``, ascending): the next
+    request of the session extends most of it, so only what follows their common prefix is
+    hashed (:func:`body_sha256`). The midstates are never updated (copies are)."""
+
+    body: bytes = field(repr=False)
+    marks: tuple[tuple[int, Any], ...] = field(repr=False)
+    hexdigest: str
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (the body and about 200 per midstate), for memo accounting."""
+        return len(self.body) + 200 * len(self.marks)
+
+
+def body_sha256(body: bytes, previous: BodyDigest | None = None) -> BodyDigest:
+    """``hashlib.sha256(body).hexdigest()`` (in ``hexdigest``), hashing only the bytes after
+    the last midstate of ``previous`` (another request's :class:`BodyDigest`) that lies
+    within their common prefix; the same digest whatever ``previous`` is."""
+    kept: list[tuple[int, Any]] = []
+    if previous is not None and previous.marks:
+        common = common_prefix_len(body, previous.body)
+        kept = [mark for mark in previous.marks if mark[0] <= common]
+    pos, h = (kept[-1][0], kept[-1][1].copy()) if kept else (0, hashlib.sha256())
+    view = memoryview(body)
+    while pos + DIGEST_MARK_BYTES <= len(body):
+        h.update(view[pos : pos + DIGEST_MARK_BYTES])
+        pos += DIGEST_MARK_BYTES
+        kept.append((pos, h.copy()))
+    h.update(view[pos:])
+    return BodyDigest(body=body, marks=tuple(kept), hexdigest=h.hexdigest())
 
 
 @dataclass(frozen=True)

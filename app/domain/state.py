@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.domain.prefix import PrefixState
+from app.domain.prefix import BodyDigest, PrefixState
 from app.domain.types import Session
 
 
@@ -117,8 +117,9 @@ class PreviousRequest:
 @dataclass(frozen=True)
 class RememberedIds:
     """A served request's token ids and full block digests (packed little-endian uint32,
-    32-byte digests), its :class:`PrefixState` and its layout digest
-    (:func:`app.domain.prefix_layout.layout_digest`), as one worker holds them. Trusted
+    32-byte digests), its :class:`PrefixState`, its layout digest
+    (:func:`app.domain.prefix_layout.layout_digest`) and its bytes' digest
+    (:class:`~app.domain.prefix.BodyDigest`), as one worker holds them. Trusted
     for a session only when the state's fingerprint and length equal the stored
     :class:`PreviousRequest`'s: another worker may have served a request since, even one
     of the same length."""
@@ -127,6 +128,9 @@ class RememberedIds:
     packed: bytes = field(repr=False)
     chain: tuple[bytes, ...] = field(repr=False)
     layout: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # the request's bytes and their sha256 midstates: the next request's digest hashes only
+    # what follows their common prefix (compared byte for byte, so trusted whatever matches says)
+    body: BodyDigest | None = field(default=None, repr=False, compare=False)
 
     def matches(self, stored: PreviousRequest | None) -> bool:
         """True when these ids are the ones ``stored`` was recorded from."""
@@ -135,4 +139,5 @@ class RememberedIds:
     @property
     def nbytes(self) -> int:
         """Bytes held (ids, digests, about 40 per leaf message of the layout), for memo accounting."""
-        return len(self.packed) + 32 * len(self.chain) + len(self.state.digests) + 40 * len(self.layout.get("leaf", ()))
+        return (len(self.packed) + 32 * len(self.chain) + len(self.state.digests) + 40 * len(self.layout.get("leaf", ()))
+                + (self.body.nbytes if self.body is not None else 0))

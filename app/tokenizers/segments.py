@@ -696,12 +696,17 @@ class SegmentEncoder:
         tail = self.encode(text[cut:])
         kept = i
         kept_status = previous.status[:kept]
+        try:  # segments encoded by ``previous`` itself lie after those it reused: map from the first
+            first_miss = kept_status.index("miss")
+        except ValueError:
+            first_miss = kept
         stats = tail.stats
         return EncodedText(
             id_array=previous.id_array[:base] + tail.id_array,
             char_offsets=previous.char_offsets[:kept] + tuple(cut + c for c in tail.char_offsets),
             token_offsets=previous.token_offsets[:kept] + tuple(base + t for t in tail.token_offsets),
-            status=tuple(map(_AS_REUSED.__getitem__, kept_status)) + tail.status,
+            status=kept_status[:first_miss] + tuple(map(_AS_REUSED.__getitem__, kept_status[first_miss:]))
+            + tail.status,
             stats=EncodeStats(
                 segments=kept + stats.segments, added_token_segments=stats.added_token_segments,
                 text_segments=stats.text_segments, unique_text_segments=stats.unique_text_segments,

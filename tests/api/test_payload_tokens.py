@@ -42,13 +42,15 @@ def test_tool_output_tokens_are_counted_once_after_the_post(client: TestClient) 
     # qwen3-128k shares the tokenizer, so the count
     meter.count_text.cache_clear()
     spy = SpyTokenizer(meter.tokenizer)
-    meter.tokenizer = spy
+    backend = SpyTokenizer(meter._backend)  # counts call the tokenizers backend directly (HFChatMeter._backend)
+    meter.tokenizer, meter._backend = spy, backend
     try:
         assert count_payload_tokens(uow, state.profiles, state.meters, sid, [handle]) == \
             (meter.tokenizer_id, {handle: expected})
+        assert meter.count_text("not stored anywhere") > 0
     finally:
-        meter.tokenizer = spy._inner
-    assert spy.seen == [], "a stored count is not computed again"
+        meter.tokenizer, meter._backend = spy._inner, backend._inner
+    assert spy.seen + backend.seen == [len("not stored anywhere")], "a stored count is not computed again"
     other = new_session(client, profile="qwen3-128k")
     assert post(client, other, assistant("a1", "c1"), result("r1", "c1", payload)).status_code == 200
     assert stored_counts(client, handle) == {meter.tokenizer_id: expected}

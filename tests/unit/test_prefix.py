@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -9,9 +10,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.domain.prefix import (
+    DIGEST_MARK_BYTES,
     CacheModel,
     PrefixState,
     block_hashes,
+    body_sha256,
     predict_reuse,
     prefix_state,
 )
@@ -293,3 +296,31 @@ def test_inconsistent_previous_chain_is_not_trusted() -> None:
     report_b = predict_reuse(None, b, VLLM)
     got = predict_reuse(state_a, b + [1], VLLM, prev_ids=report_b.packed, prev_chain=report_b.chain)
     assert got.state.digests == prefix_state(b + [1], VLLM).digests
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=3 * DIGEST_MARK_BYTES + 7), min_size=1, max_size=6), st.integers(0, 3))
+def test_body_sha256_equals_a_whole_hash_whatever_the_previous_body(bodies: list[bytes], reps: int) -> None:
+    """Issue 9 item 8: a served body's digest hashes only what follows the last midstate
+    within its common prefix with the previous body; it must equal sha256 of the whole
+    bytes for any previous body (extending, diverging, shorter, longer, equal)."""
+    bodies = [bodies[0] * (reps + 1), *bodies[1:]] + [bodies[0] * (reps + 1) + b"tail"]
+    previous = None
+    for body in bodies:
+        got = body_sha256(body, previous)
+        assert got.hexdigest == hashlib.sha256(body).hexdigest()
+        assert [offset for offset, _ in got.marks] == list(range(DIGEST_MARK_BYTES, len(body) + 1, DIGEST_MARK_BYTES))
+        previous = got
+
+
+def test_body_sha256_hashes_only_after_the_common_prefix() -> None:
+    """An extending body reuses every midstate of the previous one within their common prefix
+    (the same objects, never updated), so only its new bytes are hashed."""
+    first = bytes(range(256)) * 400  # 102,400 bytes: 6 midstates
+    before = body_sha256(first)
+    second = first[:70_000] + b"new message" + first[70_000:]
+    after = body_sha256(second, before)
+    assert after.hexdigest == hashlib.sha256(second).hexdigest()
+    assert after.marks[:4] == before.marks[:4]  # 16k..64k lie within the 70,000 common bytes
+    assert all(a[1] is b[1] for a, b in zip(after.marks[:4], before.marks[:4]))
+    assert before.hexdigest == hashlib.sha256(first).hexdigest()  # reused midstates were not updated
