@@ -225,6 +225,16 @@ def _reset_meter(meter: Any) -> None:
 # --------------------------------------------------------------------------- harness
 
 
+def server_shell_states() -> Any:
+    """The shell inference states a server keeps between POSTs (``app.state.shell_states``,
+    the default size): without them every POST of a session with a shell tool re-reads and
+    re-parses all its earlier commands (ingest then grows with the session)."""
+    from app.services.shell_inference import ShellStates
+    from app.settings import Settings
+
+    return ShellStates(Settings.model_fields["shell_state_bytes"].default)
+
+
 class Harness:
     """A migrated SQLite database in a temp dir, the shipped profiles, a session factory."""
 
@@ -245,6 +255,7 @@ class Harness:
         self.read_factory = make_read_factory(self.engine)
         self.profiles = ProfileRegistry(load_profiles())
         self.memos: dict[int, Any] = {}  # one assembly memo per meter registry (mode), as each server has its own
+        self.shell_states = server_shell_states()  # kept between POSTs, as app.state.shell_states on a server
         self.statements = 0  # SQL statements sent to the database (an executemany counts once)
 
         @event.listens_for(self.engine, "before_cursor_execute")
@@ -294,7 +305,8 @@ class Harness:
         t0 = time.perf_counter()
         batch = EventBatch.model_validate({"events": list(events)})
         with self.factory() as db:
-            out = session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events])
+            out = session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events],
+                                                shell_states=self.shell_states)
             db.commit()
         seconds = time.perf_counter() - t0
         if meters is not None and out["new_tool_outputs"]:

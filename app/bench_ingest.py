@@ -114,7 +114,8 @@ def run_ingest(*, n_events: int = 10_000, window: int = 25, seed: int = 0, progr
             with h.factory() as db:
                 t0 = time.perf_counter()
                 parsed = EventBatch.model_validate({"events": batch})
-                out = session_service.ingest_events(db, sid, [e.model_dump(mode="json") for e in parsed.events])
+                out = session_service.ingest_events(db, sid, [e.model_dump(mode="json") for e in parsed.events],
+                                                    shell_states=h.shell_states)
                 db.commit()
                 seconds = time.perf_counter() - t0
             samples.append((int(out["last_seq"]), seconds))

@@ -50,6 +50,12 @@ def _new_memo() -> Any:
     return AssemblyMemo()
 
 
+def _new_shell_states() -> Any:
+    from app.bench import server_shell_states
+
+    return server_shell_states()
+
+
 @dataclass
 class EvalContext:
     """What every policy run shares inside one process: the profile registry, one
@@ -61,6 +67,7 @@ class EvalContext:
     session_factory: Any  # sqlalchemy.orm.sessionmaker
     profile: str
     memo: Any = field(default_factory=_new_memo)  # AssemblyMemo: one per process, as on a server
+    shell_states: Any = field(default_factory=_new_shell_states)  # ShellStates: kept between POSTs, as on a server
 
     def unit_of_work(self) -> Any:
         """One transaction, committed on success (the API's unit of work)."""
@@ -239,7 +246,8 @@ class _ServiceRun:
 
         batch = EventBatch.model_validate({"events": list(events)})
         with self.ctx.unit_of_work() as db:
-            session_service.ingest_events(db, self.session_id, [e.model_dump(mode="json") for e in batch.events])
+            session_service.ingest_events(db, self.session_id, [e.model_dump(mode="json") for e in batch.events],
+                                          shell_states=self.ctx.shell_states)
 
     def handle_texts(self, text: str) -> list[str]:
         """Payloads of the handles ``text`` names (12 to 64 hex chars), via read_handle."""
@@ -343,7 +351,8 @@ class _ScratchpadRun:
 
         batch = EventBatch.model_validate({"events": events})
         with self.run.ctx.unit_of_work() as db:
-            session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events])
+            session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events],
+                                          shell_states=self.run.ctx.shell_states)
 
     def request(self, call: miniswe.ModelCall) -> RequestView:
         from app.services import sessions as session_service
