@@ -193,9 +193,8 @@ def test_lines_to_plug_ctxd_into_an_sdk_loop(name: str) -> None:
     assert len(marked) - len(required) == 1
 
 
-def test_search_finds_a_posted_tool_output_and_its_lines_read_back(ctxd_url: str) -> None:
-    """session.search on GET /search (issue 14 item 3's contract): the event holding an
-    identifier, its handle and line range; the range read back through session.handle."""
+def helper_session(ctxd_url: str) -> Session:
+    """A session whose one tool output (seq 3) holds ``def get_template_tag_modules():`` on line 3."""
     session = Session.create(goal="Find the helper.", url=ctxd_url)
     output = "import os\n\ndef get_template_tag_modules():\n    return []\n"
     session.post([{"role": "user", "content": "Where is the helper?"},
@@ -203,6 +202,13 @@ def test_search_finds_a_posted_tool_output_and_its_lines_read_back(ctxd_url: str
                       {"id": "call_g", "type": "function",
                        "function": {"name": "bash", "arguments": '{"command": "cat tags.py"}'}}]},
                   {"role": "tool", "tool_call_id": "call_g", "content": output}])
+    return session
+
+
+def test_search_finds_a_posted_tool_output_and_its_lines_read_back(ctxd_url: str) -> None:
+    """session.search on GET /search (issue 14 item 3's contract): the event holding an
+    identifier, its handle and line range; the range read back through session.handle."""
+    session = helper_session(ctxd_url)
     found = session.search("get_template_tag_modules", limit=5)
     hit = next(h for h in found["hits"] if h["event_id"] == "msg:2")
     match = next(m for m in hit["matches"] if m["field"] == "payload")
@@ -217,13 +223,7 @@ def test_recall_runs_a_recall_tool_call_as_the_sdk_returns_it(ctxd_url: str) -> 
     refused call (query under 3 characters, unknown handle) is a tool result the model reads,
     not an exception in the agent's loop; async the same. Before: users copied run_recall
     from the README."""
-    session = Session.create(goal="Find the helper.", url=ctxd_url)
-    output = "import os\n\ndef get_template_tag_modules():\n    return []\n"
-    session.post([{"role": "user", "content": "Where is the helper?"},
-                  {"role": "assistant", "content": None, "tool_calls": [
-                      {"id": "call_g", "type": "function",
-                       "function": {"name": "bash", "arguments": '{"command": "cat tags.py"}'}}]},
-                  {"role": "tool", "tool_call_id": "call_g", "content": output}])
+    session = helper_session(ctxd_url)
     found = session.recall('{"query": "get_template_tag_modules", "context": 0}')
     handle = session.search("get_template_tag_modules")["hits"][0]["handle"]
     assert found.startswith(f"seq 3 tool_result, handle {handle[:12]} lines 3:3:\n")
