@@ -347,9 +347,11 @@ def bound_user_message(meter: TokenMeter, message: MessageEvent,
         return message, None
     head, tail = cut
     span = elided_span(message.content, head, tail)
-    marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) of this message elided by ctxd (its lines "
-              f"{span.first_line}-{span.last_line}); the whole message is handle {message.handle}: GET "
-              f"/v1/handles/{message.handle} (JSON, the text in its content field) ...]\n")
+    # no line range here: the message's handle holds its JSON event (one line), so ``?lines=``
+    # cannot reach the elided lines; the recall tool's query searches the text
+    marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) of this message elided by ctxd; the whole message "
+              f"is handle {message.handle}: GET /v1/handles/{message.handle} returns it as JSON (its text is the "
+              "content field); search a phrase of it to find the elided lines ...]\n")
     return replace(message, content=head + marker + tail), span
 
 

@@ -388,9 +388,13 @@ def test_a_user_message_over_the_observations_share_is_cut_to_head_and_tail(clie
     handle = item["handle"]
     text = got["openai"]["request"]["messages"][-1]["content"]
     assert text.startswith("0. see module_0.py") and text.endswith("2399. see module_2399.py: function_2399 returns a list")
-    assert (f"[... {last - first + 1:,} lines ({item['elided_bytes']:,} bytes) of this message elided by ctxd (its "
-            f"lines {first}-{last}); the whole message is handle {handle}: GET /v1/handles/{handle} (JSON, the text "
-            "in its content field) ...]") in text
+    assert (f"[... {last - first + 1:,} lines ({item['elided_bytes']:,} bytes) of this message elided by ctxd; the "
+            f"whole message is handle {handle}: GET /v1/handles/{handle} returns it as JSON (its text is the content "
+            "field); search a phrase of it to find the elided lines ...]") in text
+    # the elided lines are found by search (the handle holds the JSON event, one line: ?lines= cannot reach them)
+    hit = next(h for h in client.get(f"/v1/sessions/{sid}/search", params={"q": "module_1200.py"}).json()["hits"]
+               if h["event_id"] == "u2")
+    assert any(m["field"] == "content" and m["lines"].startswith("1201:") for m in hit["matches"]), hit
     assert 1 < first <= last < 2400 and len(text.encode()) < len(HUGE.encode()) - item["elided_bytes"] + 400
     assert manifest["tokens"]["by_role"]["observations"] <= manifest["budget"]["role_limits"]["observations"] + 512
     assert client.get(f"/v1/handles/{handle}").json()["content"] == HUGE

@@ -17,11 +17,12 @@ from ctxd_client._core import (
                                CtxdError,
                                InvalidInputError,
                                NotFoundError,
+                               RecallArgumentsError,
                                RetryableError,
                                RetryPolicy,
 )
 from ctxd_client._sync import Client, Session
 
 __all__ = ["AssembledRequest", "AsyncClient", "AsyncSession", "Client", "ConflictError", "CtxdError",
-           "InvalidInputError", "NotFoundError", "RetryPolicy", "RetryableError", "Session"]
+           "InvalidInputError", "NotFoundError", "RecallArgumentsError", "RetryPolicy", "RetryableError", "Session"]
 __version__ = "0.1.0"

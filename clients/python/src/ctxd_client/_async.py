@@ -16,6 +16,7 @@ from ctxd_client._core import (
     Format,
     MessageLog,
     PostFormat,
+    RecallArgumentsError,
     RetryPolicy,
     error_for,
     handle_params,
@@ -104,10 +105,10 @@ class AsyncSession:
         return out
 
     async def recall(self, arguments: Mapping[str, Any] | str) -> str:
-        path, params = recall_call(arguments)
         try:
+            path, params = recall_call(arguments)
             response = await self.client.call("GET", f"/v1/sessions/{self.id}/{path}", params=params)
-        except CtxdError as exc:
+        except (CtxdError, RecallArgumentsError) as exc:
             return recall_failed(exc)
         return recall_text(path, response)
 

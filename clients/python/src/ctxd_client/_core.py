@@ -260,18 +260,29 @@ RECALL_TOOL_NAME = "recall"
 RECALL_HITS = 5
 
 
+class RecallArgumentsError(ValueError):
+    """A ``recall`` call's arguments that ctxd cannot run: not a JSON object, or neither a
+    ``query`` nor a ``handle``. Its message is written for the model to correct its call."""
+
+
 def recall_call(arguments: Mapping[str, Any] | str) -> tuple[str, dict[str, Any]]:
     """What a ``recall`` tool call asks (the declaration a profile with ``recall = true``
-    adds; README "Recall"): ``("handle/<h>", {"lines": ...})`` to read a stored output back,
+    adds; README "Recall"): ``("handles/<h>", {"lines": ...})`` to read a stored output back,
     or ``("search", {"q": ..., "limit": 5, "context": ...})`` to find earlier content.
     ``arguments``: the call's arguments, a mapping or the JSON string an SDK returns.
-    Raises ValueError when they are not a JSON object."""
-    args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    Raises RecallArgumentsError (models often write truncated JSON or leave both out)."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    except ValueError as exc:
+        raise RecallArgumentsError(f"the arguments are not valid JSON ({exc}); send a JSON object") from exc
     if not isinstance(args, dict):
-        raise ValueError("recall arguments must be a JSON object")  # noqa: TRY004 (as json.loads raises)
+        raise RecallArgumentsError("the arguments must be a JSON object, e.g. {\"query\": \"parse_header\"}")
     if args.get("handle"):
         return f"handles/{args['handle']}", handle_params(args.get("lines"), None, None)
-    return "search", search_params(str(args.get("query", "")), RECALL_HITS, args.get("context", 2), None)
+    if not str(args.get("query") or "").strip():
+        raise RecallArgumentsError("give `query` (at least 3 characters, e.g. an identifier or an error text) or "
+                                   "`handle` (and optionally `lines`, \"a:b\")")
+    return "search", search_params(str(args["query"]), RECALL_HITS, args.get("context", 2), None)
 
 
 def recall_text(path: str, response: httpx.Response) -> str:
@@ -287,10 +298,13 @@ def recall_text(path: str, response: httpx.Response) -> str:
     return "\n".join(found) or "no match"
 
 
-def recall_failed(exc: CtxdError) -> str:
-    """A refused ``recall`` call (4xx: an unknown handle, a query under 3 characters, bad
-    lines) as the tool result the model reads to correct its call. Re-raises a retryable or
-    server error (429, 5xx): the agent's loop should see those."""
+def recall_failed(exc: CtxdError | RecallArgumentsError) -> str:
+    """A refused ``recall`` call as the tool result the model reads to correct its call:
+    arguments ctxd cannot run, or a 4xx (an unknown handle, a query under 3 characters, bad
+    lines). Re-raises a retryable or server error (429, 5xx): the agent's loop should see
+    those."""
+    if isinstance(exc, RecallArgumentsError):
+        return f"recall failed: {exc}"
     if exc.status == 429 or exc.status >= 500:
         raise exc
     return f"recall failed ({exc.status}): {exc.problem.get('detail', exc.problem.get('title', ''))}"

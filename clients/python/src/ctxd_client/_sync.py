@@ -16,6 +16,7 @@ from ctxd_client._core import (
     Format,
     MessageLog,
     PostFormat,
+    RecallArgumentsError,
     RetryPolicy,
     error_for,
     handle_params,
@@ -126,12 +127,12 @@ class Session:
         README "Recall"): ``arguments`` as the SDK returns them (JSON string or mapping),
         ``{"query": ...}`` searches the session, ``{"handle": ..., "lines": "a:b"}`` reads a
         stored output back. Returns the text to post as the call's tool result; a refused
-        call (4xx) becomes "recall failed (status): detail" for the model to correct.
-        Raises ValueError (arguments not a JSON object) and retryable or server errors."""
-        path, params = recall_call(arguments)
+        call (arguments that are not a JSON object or name neither, a 4xx) becomes "recall
+        failed...: detail" for the model to correct. Raises retryable or server errors."""
         try:
+            path, params = recall_call(arguments)
             response = self.client.call("GET", f"/v1/sessions/{self.id}/{path}", params=params)
-        except CtxdError as exc:
+        except (CtxdError, RecallArgumentsError) as exc:
             return recall_failed(exc)
         return recall_text(path, response)
 
