@@ -867,6 +867,7 @@ def _side_items(documents: Documents, side_events: Sequence[Event], conversation
         why = f"current retrieved document [{doc.key}]: next to the instruction, at the end of the leaf"
         out.append(Item(seq=doc.seq, event_id=doc.event_id, kind="document", handle=doc.handle, zone="leaf",
                         representation=Representation.HEAD_TAIL if span else Representation.VERBATIM,
+                        tokens_known=False if span else None,  # a cut's elided tokens are not counted
                         why=why + (" (over the per-item cap: head + tail)" if span else ""),
                         transforms=(neutralise_transform(broken),) if broken else (),
                         elided_bytes=span.bytes if span else None,
@@ -947,6 +948,7 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
             item = Item(**known, zone=None, representation=Representation.DROPPED, why=reason)
         elif message_span is not None and event is group.message:
             item = Item(**known, zone="leaf", representation=Representation.HEAD_TAIL,
+                        tokens_known=False,  # its elided tokens are not counted: elided_tokens_exact is false
                         transforms=tuple(leaf_transforms(group)),
                         why=_LEAF_WHY.get(group.message.kind, "recent turn") + " (over the observations share of "
                             "input_limit: head + tail)",

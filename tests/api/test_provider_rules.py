@@ -384,6 +384,8 @@ def test_a_user_message_over_the_observations_share_is_cut_to_head_and_tail(clie
     manifest = got["openai"]["manifest"]
     item = next(i for i in manifest["items"] if i["event_id"] == "u2")
     assert (item["representation"], item["zone"]) == ("head_tail", "leaf")
+    # before: elided_tokens 0 and elided_tokens_exact true for a 94 kB cut; its elided count is not computed
+    assert item["tokens_known"] is False and manifest["elided_tokens_exact"] is False
     first, last = item["elided_lines"]
     handle = item["handle"]
     text = got["openai"]["request"]["messages"][-1]["content"]

@@ -211,6 +211,7 @@ def test_a_document_over_the_per_item_cap_is_cut_to_head_and_tail_around_its_han
     manifest, last = got["manifest"], got["request"]["messages"][-1]["content"]
     item = items_by_seq(manifest)[2]
     assert (item["kind"], item["representation"], item["zone"]) == ("document", "head_tail", "leaf")
+    assert item["tokens_known"] is False and manifest["elided_tokens_exact"] is False
     first, end = item["elided_lines"]
     handle = item["handle"]
     assert last.startswith("## Retrieved document [api] from https://docs.example/api (seq 2, handle ")
