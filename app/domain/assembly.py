@@ -267,6 +267,18 @@ def cached_graph(events: Sequence[Event], cache: MutableMapping[Any, Any]) -> De
     return graph
 
 
+def head_tail_cut(meter: TokenMeter, text: str, cap_tokens: int) -> tuple[str, str, ElidedSpan] | None:
+    """``text``'s head and tail (half of ``cap_tokens`` each, an exact prefix and suffix cut
+    between characters, tokenizing only windows at the ends: ``meter.cut_ends``) and the
+    span they leave out; None when the text is within the cap. The one cut of tool outputs,
+    documents and user messages."""
+    cut = meter.cut_ends(text, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+    if cut is None:
+        return None
+    head, tail = cut
+    return head, tail, elided_span(text, head, tail)
+
+
 def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: int, *,
                       payload_tokens: int | None = None) -> BoundedResult:
     """Seed 001 ``bound_tool_output``: the text unchanged if within ``cap_tokens``, else
@@ -285,16 +297,13 @@ def bound_tool_output(meter: TokenMeter, result: ToolResultEvent, cap_tokens: in
     that less the head's and the tail's (reported in the manifest only)."""
     payload, neutralised = neutralise_control_text(result.payload, meter.control_strings)
     size, lines = payload_size(result.payload)
-    head_tokens = cap_tokens // 2
     known = payload_tokens if payload_tokens is not None and not neutralised else None  # the count of ``payload``
     # a known count within the cap says the cut would keep it whole: it is not tokenized again
-    cut = None if known is not None and known <= cap_tokens else meter.cut_ends(payload, head_tokens,
-                                                                                 cap_tokens - head_tokens)
+    cut = None if known is not None and known <= cap_tokens else head_tail_cut(meter, payload, cap_tokens)
     if cut is None:  # within the cap: its count costs no more than the cap
         tokens = known if known is not None else meter.count_text(payload)
         return BoundedResult(payload, tokens, 0, None, size, lines, neutralised)
-    head, tail = cut
-    span = elided_span(payload, head, tail)
+    head, tail, span = cut
     elided = None
     if payload_tokens is not None:
         elided = max(0, payload_tokens - meter.count_text(head) - meter.count_text(tail))
@@ -316,12 +325,12 @@ def bound_documents(documents: Sequence[DocumentEvent], meter: TokenMeter,
     shown: list[DocumentEvent] = []
     spans: dict[int, ElidedSpan] = {}
     for doc in documents:
-        cut = meter.cut_ends(doc.text, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+        cut = head_tail_cut(meter, doc.text, cap_tokens)
         if cut is None:
             shown.append(doc)
             continue
-        head, tail = cut
-        span = spans[doc.seq] = elided_span(doc.text, head, tail)
+        head, tail, span = cut
+        spans[doc.seq] = span
         marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) elided by ctxd; the whole document is handle "
                   f"{doc.handle}: GET /v1/handles/{doc.handle}?lines={span.first_line}:{span.last_line} ...]\n")
         shown.append(replace(doc, text=head + marker + tail))
@@ -342,11 +351,10 @@ def bound_user_message(meter: TokenMeter, message: MessageEvent,
     history and was refused on every following turn)."""
     if message.role != "user" or len(message.content) <= cap_tokens:
         return message, None
-    cut = meter.cut_ends(message.content, cap_tokens // 2, cap_tokens - cap_tokens // 2)
+    cut = head_tail_cut(meter, message.content, cap_tokens)
     if cut is None:
         return message, None
-    head, tail = cut
-    span = elided_span(message.content, head, tail)
+    head, tail, span = cut
     # no line range here: the message's handle holds its JSON event (one line), so ``?lines=``
     # cannot reach the elided lines; the recall tool's query searches the text
     marker = (f"\n[... {span.lines:,} lines ({span.bytes:,} bytes) of this message elided by ctxd; the whole message "

@@ -477,14 +477,8 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
 
     # the names index takes at most a quarter of the budget, newest names first
     candidates = names_of(folded_groups)
-    lo, hi = 0, len(candidates)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if count(", ".join(candidates[:mid])) <= budget_tokens // 4:
-            lo = mid
-        else:
-            hi = mid - 1
-    base = _replace(base, names=candidates[:lo])
+    kept_names = _longest(len(candidates), lambda k: count(", ".join(candidates[:k])) <= budget_tokens // 4)
+    base = _replace(base, names=candidates[:kept_names])
 
     def with_collapsed(m: int) -> ProgressRecord:
         if m <= 1:
