@@ -96,13 +96,16 @@ def _range(r: str | None) -> str:
 
 def tombstone_text(node: ObservationNode, state: ItemState) -> str:
     """The marker that replaces a superseded output in place: what it read, the write
-    that superseded it (``path@rN``), the current revision and the handle of the whole
-    output. About 50-70 tokens."""
+    that superseded it (``path@rN``, the first write after the read) and the handle of
+    the whole output (issue 11 item 4). About 50-70 tokens. Its text depends only on facts
+    fixed when it is first shown, never on later writes (it does not name the file's
+    current revision), so once in a request it stays byte-identical: a later write of the
+    file does not break the cached prefix at every tombstone of that file (DESIGN.md
+    section 6, "work per call does not grow with the session")."""
     parts = []
     for s in state.superseded:
         parts.append(f"{s.read_label}{_range(s.range)} was superseded by {s.change.label} "
-                     f"({'write' if s.change.cause == 'write' else 'external change'} at seq {s.change.seq}; "
-                     f"current r{s.current_revision})")
+                     f"({'write' if s.change.cause == 'write' else 'external change'} at seq {s.change.seq})")
     return (f"[ctxd tombstone: historical output of seq {node.seq}: " + "; ".join(parts)
             + f". It stays true of the revision it read; the whole output is handle {node.handle[:SHORT]} "
             f"(GET /v1/handles/{node.handle[:SHORT]}). Read the file again before relying on or editing it.]")

@@ -62,7 +62,7 @@ def test_config_example_old_read_is_a_tombstone_and_historical(client: TestClien
     old, new = contents["c1"], contents["c3"]
     assert "timeout: 30" not in old
     assert old.startswith("[ctxd tombstone: historical output of seq 2: config.yaml@r0 was superseded by "
-                          "config.yaml@r1 (write at seq 4; current r1)")
+                          "config.yaml@r1 (write at seq 4)")
     manifest = out["manifest"]
     t1 = item(manifest, "t1")
     assert t1["handle"][:12] in old
@@ -123,6 +123,29 @@ def test_tombstone_breaks_the_prefix_at_the_read(client: TestClient) -> None:
     cache = request(client, sid)["manifest"]["cache"]
     assert cache["extends_previous"] is False and cache["first_divergence"]["zone"] == "leaf"
     assert cache["first_divergence"]["seq"] == 2
+
+
+def test_a_shown_tombstone_stays_byte_identical_when_its_file_is_written_again(client: TestClient) -> None:
+    """A tombstone breaks the prefix once, when it first shows; a later write of the same
+    file does not reword it. Before: it named the file's current revision ("current r1",
+    then "current r2"), so every write of an edited file rewrote every tombstone of that
+    file and the request diverged at the oldest one again (no prefix reuse past it, and
+    20-50 new tombstone texts to count per write on the shared traces)."""
+    sid = new_session(client)
+    post(client, sid, bash("a1", "c1", "cat a.py"),
+         result("t1", "c1", "x = 1\n", binding={"artifact": "a.py", "kind": "file"}))
+    post(client, sid, bash("a2", "c2", "sed -i s/1/2/ a.py"), write("w1", "a.py"), result("t2", "c2", ""))
+    first = request(client, sid)
+    tombstone = tool_contents(first["request"])["c1"]
+    assert tombstone.startswith("[ctxd tombstone: historical output of seq 2: a.py@r0 was superseded by a.py@r1 "
+                                "(write at seq 4).")
+    post(client, sid, bash("a3", "c3", "sed -i s/2/3/ a.py"), write("w2", "a.py"), result("t3", "c3", ""))
+    second = request(client, sid)
+    assert tool_contents(second["request"])["c1"] == tombstone
+    assert second["request"]["messages"][:len(first["request"]["messages"])] == first["request"]["messages"]
+    assert second["manifest"]["cache"]["extends_previous"] is True
+    t1 = item(second["manifest"], "t1")
+    assert (t1["state"], t1["representation"], t1["superseded_by"]) == ("historical", "tombstone", ["a.py@r1"])
 
 
 def test_negative_control_observation_about_b_mentioning_a(client: TestClient) -> None:
@@ -263,7 +286,7 @@ def test_consecutive_writes_offset_drift(client: TestClient) -> None:
     out = request(client, sid)
     t1, t3 = item(out["manifest"], "t1"), item(out["manifest"], "t3")
     assert t1["superseded_by"] == ["pool.py@r1"] and t1["bindings"] == ["pool.py@r0 lines 80:90"]
-    assert "pool.py@r0 lines 80:90 was superseded by pool.py@r1 (write at seq 4; current r2)" in \
+    assert "pool.py@r0 lines 80:90 was superseded by pool.py@r1 (write at seq 4)" in \
         tool_contents(out["request"])["c1"]
     assert (t3["state"], t3["bindings"]) == ("current", ["pool.py@r2 lines 80:95"])
     assert out["manifest"]["invalidation"]["presented"] == ["pool.py@r2 lines 80:95"]

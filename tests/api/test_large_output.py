@@ -41,6 +41,14 @@ class SpyTokenizer:
         self.seen.append(len(text))
         return self._inner.encode(text, *args, **kwargs)
 
+    def encode_batch(self, texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        self.seen.extend(map(len, texts))
+        return self._inner.encode_batch(texts, *args, **kwargs)
+
+    def encode_batch_fast(self, texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        self.seen.extend(map(len, texts))
+        return self._inner.encode_batch_fast(texts, *args, **kwargs)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 

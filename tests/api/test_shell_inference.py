@@ -61,7 +61,7 @@ def test_config_example_through_events_infers_the_write_and_the_reads(client: Te
     contents = tool_contents(out["request"])
     assert "timeout: 30" not in contents["c1"]
     assert contents["c1"].startswith("[ctxd tombstone: historical output of seq 2: config.yaml@r0 was superseded "
-                                     "by config.yaml@r1 (write at seq 4; current r1)")
+                                     "by config.yaml@r1 (write at seq 4)")
     t1 = item(out["manifest"], "t1")
     assert (t1["state"], t1["superseded_by"], t1["bindings"]) == ("historical", ["config.yaml@r1"], ["config.yaml@r0"])
     assert t1["write"] == {"artifact": "config.yaml", "revision": 1, "seq": 4, "event_id": "infer:5:0",

@@ -152,7 +152,7 @@ def test_auto_tombstones_an_edited_file_and_notices_inert_history() -> None:
     plan = plan_invalidation(build_graph(events))
     assert plan.choices[1].choice == "tombstone" and plan.choices[2].choice == "notice"
     assert plan.choices[1].text.startswith("[ctxd tombstone: historical output of seq 1: a.py@r0 was superseded by "
-                                           "a.py@r1 (write at seq 3; current r1)")
+                                           "a.py@r1 (write at seq 3)")
     (notice,) = plan.notices
     assert notice.anchor_seq == 3 and notice.seqs == (2,) and "now a.py@r1" in notice.text
     forced = plan_invalidation(build_graph(events), mode="notice")
