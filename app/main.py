@@ -30,6 +30,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     offline_environment()
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    from app.services.payload_counts import Activity
+
+    activity = Activity()  # requests in flight (RequestContext): the payload counts wait for idle
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -96,6 +99,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.summarizer_http = httpx.Client()
 
         app.state.tokenizer_error = None  # "<exception class>: <message>" when the load failed (/readyz)
+        from app.services.payload_counts import counter_for
+
+        # new tool outputs' token counts, after their POST, when this worker is idle
+        app.state.activity = activity
+        app.state.payload_counter = counter_for(app.state, activity)
 
         def warm() -> None:
             try:
@@ -131,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:  # after uvicorn let the in-flight requests finish (--graceful-timeout)
             stop_pruning.set()
+            app.state.payload_counter.close()  # counts what is still queued
             if app.state.summarizer_http is not None:
                 app.state.summarizer_http.close()
             close = getattr(token_cache, "close", None)
@@ -172,7 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    app.add_middleware(RequestContext)  # HTTP metrics, unexpected errors as a logged 500
+    app.add_middleware(RequestContext, activity=activity)  # HTTP metrics, unexpected errors as a logged 500
     from asgi_correlation_id import CorrelationIdMiddleware
 
     from app.api.middleware import HEADER, new_request_id, sane_request_id
