@@ -9,8 +9,8 @@ CPU: warm GET over HTTP ~7.0 ms without it, ~9.5 ms with it, the same GET CPU). 
 does not need the count: it counts an output within the item cap itself, and the whole
 payload's count of a longer one is a manifest figure only (``tokens_known``).
 
-So counts run on one dedicated thread of the worker process (:class:`PayloadCounter`, its
-OS priority lowered), one job after another (as before: one count at a time per process),
+So counts run on one dedicated thread of the worker process (:class:`PayloadCounter`),
+one job after another (as before: one count at a time per process),
 and a job starts only once the worker has had no HTTP request in flight for
 :data:`SETTLE_SECONDS` (:class:`Activity`, kept by app/api/middleware.py), or
 :data:`MAX_DELAY_SECONDS` after it was queued, whichever comes first (a busy worker still
@@ -20,12 +20,15 @@ app in process (TestClient, which returns once background tasks are done) finds 
 stored when its POST returns, as before. A job that fails is logged, never retried (GETs
 then report the count as unknown); one still queued at shutdown is counted before the
 thread ends, and any not counted by then is logged by number.
+
+The thread's OS priority is not lowered: a niced thread that the OS preempts while it
+holds the GIL (or SQLite's write lock) would stall every other thread of the worker, the
+GET included (tried: no gain at p50, worse p95 in some runs on the loaded 2-core machine).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,8 +53,6 @@ log = logging.getLogger("ctxd")
 SETTLE_SECONDS = 0.005
 #: ... but never longer than this after it was queued (seconds): a busy worker counts too.
 MAX_DELAY_SECONDS = 0.5
-#: How much the counting thread's OS priority is lowered (``nice``; Linux sets it per thread).
-NICE = 10
 
 
 class Activity:
@@ -116,12 +117,11 @@ class PayloadCounter:
     an exception that escapes it is logged here."""
 
     def __init__(self, count: CountJob, activity: Activity, *, settle: float = SETTLE_SECONDS,
-                 max_delay: float = MAX_DELAY_SECONDS, nice: int = NICE) -> None:
+                 max_delay: float = MAX_DELAY_SECONDS) -> None:
         self._count = count
         self._activity = activity
         self._settle = settle
         self._max_delay = max_delay
-        self._nice = nice
         self._cond = threading.Condition()
         self._jobs: list[_Job] = []
         self._closing = False
@@ -160,12 +160,6 @@ class PayloadCounter:
                         left)
 
     def _run(self) -> None:
-        if self._nice:
-            try:  # Linux: a thread's own nice value (its native id is a task id)
-                tid = threading.get_native_id()
-                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self._nice)
-            except (AttributeError, OSError):
-                pass
         while True:
             with self._cond:
                 while not self._jobs and not self._closing:
@@ -215,4 +209,4 @@ def counter_for(state: Any, activity: Activity) -> PayloadCounter:
     ``memo``, built in the lifespan)."""
     return PayloadCounter(lambda session_id, handles: count_and_remember(
         state.session_factory, state.profiles, state.meters, state.memo, session_id, handles), activity,
-                          settle=SETTLE_SECONDS, max_delay=MAX_DELAY_SECONDS, nice=NICE)
+                          settle=SETTLE_SECONDS, max_delay=MAX_DELAY_SECONDS)

@@ -1,12 +1,11 @@
 """The payload count worker (app/services/payload_counts.py): a count waits for the worker
 to be idle (no HTTP request in flight for the settle time), or its maximum delay; jobs of
 one session queued meanwhile are counted together; none is lost (a failure is logged, a
-job queued at shutdown is counted); the thread runs at a lowered OS priority."""
+job queued at shutdown is counted)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -112,19 +111,3 @@ def test_close_counts_what_is_queued_and_later_jobs_run_in_the_caller() -> None:
     assert late.done() and [c[0] for c in count.calls] == ["s1", "s2"]
     assert count.thread_ids[1] == threading.get_native_id()
     activity.end()
-
-
-@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no per-thread priority on this platform")
-def test_the_counting_thread_runs_at_a_lowered_priority() -> None:
-    activity = Activity()
-    seen: list[int] = []
-
-    def count(_sid: str, _handles: Sequence[str]) -> None:
-        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-
-    counter = PayloadCounter(count, activity, settle=0.0, max_delay=1, nice=5)
-    try:
-        counter.submit("s", ["h"]).result(timeout=5)
-    finally:
-        counter.close()
-    assert seen == [os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + 5] or seen == [19]
