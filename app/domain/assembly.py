@@ -25,7 +25,7 @@ from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.framing import frame, revision_attribute
-from app.domain.invalidation import DependencyGraph, GraphBuilder
+from app.domain.invalidation import DependencyGraph, GraphBuilder, ItemState
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -265,6 +265,31 @@ def cached_graph(events: Sequence[Event], cache: MutableMapping[Any, Any]) -> De
     graph = fresh.graph()
     cache["invalidation graph"] = (fresh, graph)
     return graph
+
+
+def cached_states(graph: DependencyGraph, cache: MutableMapping[Any, Any]
+                  ) -> tuple[dict[int, ItemState], dict[int, tuple[Binding, ...]]]:
+    """``graph.observation_states()`` and each observation's bindings (by seq), for
+    ``graph`` as :func:`cached_graph` gave it from ``cache``: kept there with the graph
+    they belong to, and carried over from the previous GET's graph when this one extends
+    it (:meth:`GraphBuilder.states_after`: only what the new events can change is judged
+    again, and an unchanged state is the same object from GET to GET). Equal to a fresh
+    computation in every case."""
+    kept = cache.get("observation states")
+    if kept is not None and kept[0] is graph:
+        return kept[1], kept[2]
+    builder = cache.get("invalidation graph", (None, None))
+    if kept is not None and builder[1] is graph and builder[0].seen[:len(kept[3])] == kept[3]:
+        states = builder[0].states_after(graph, kept[0], kept[1])
+        bindings = dict(kept[2])
+        for seq in list(graph.observations)[len(kept[0].observations):]:
+            bindings[seq] = graph.observations[seq].bindings
+    else:
+        states = graph.observation_states()
+        bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    if builder[1] is graph:  # the events it saw: the next graph extends this one only if it starts with them
+        cache["observation states"] = (graph, states, bindings, builder[0].seen)
+    return states, bindings
 
 
 def head_tail_cut(meter: TokenMeter, text: str, cap_tokens: int) -> tuple[str, str, ElidedSpan] | None:
@@ -996,8 +1021,8 @@ def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | N
     text = shown() if choice is not None else None
     key = (id(item), choice is not None)
     held = memo.get(key) if memo is not None else None
-    if held is not None and held[0] is item and held[1] == state and held[2] == choice \
-            and (held[3] is text or held[3] == text):
+    if held is not None and held[0] is item and (held[1] is state or held[1] == state) \
+            and (held[2] is choice or held[2] == choice) and (held[3] is text or held[3] == text):
         if held[5]:
             for name, value in held[5]:
                 summary[name] += value  # type: ignore[index]
@@ -1210,9 +1235,9 @@ def assemble_window(
     # first as due (new tombstones deferred), re-planned below when the forecast says not due
     forecasting = options.pass_due is None and fold is not None
     graph = cached_graph(events, cache)
-    bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    observed, bindings = cached_states(graph, cache)
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
-                             deferred=options.deferred, shown_upto=options.shown_upto)
+                             deferred=options.deferred, shown_upto=options.shown_upto, states=observed, memo=cache)
     views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
                                        budget.role_limits()["observations"] or budget.input_limit)
     bounded: dict[str, BoundedResult] = {}
@@ -1279,7 +1304,7 @@ def assemble_window(
                                  t_hi=min(fold.watermarks.t_hi, budget.input_limit), calls=fold.due_calls)
         if forecasting and not forecast.due and plan.deferred - options.deferred:
             plan = plan_invalidation(graph, mode=options.mode, pass_due=False, deferred=options.deferred,
-                                     shown_upto=options.shown_upto)
+                                     shown_upto=options.shown_upto, states=observed, memo=cache)
             leaf_groups = with_plan(plan)
             conversation, measurement = build(first_kept)
     pass_due = forecast.due if forecasting and forecast is not None else bool(options.pass_due)
@@ -1350,7 +1375,8 @@ def assemble_window(
     if k > first_kept and plan.deferred and fitted is None:
         # this request rewrites the trunk anyway: the deferred tombstones replace their outputs now
         plan = plan_invalidation(graph, mode=options.mode, pass_due=pass_due, trunk_rewrite=True,
-                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto)
+                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto,
+                                 states=observed, memo=cache)
         leaf_groups = with_plan(plan)
         conversation, measurement = build(k)
         while measurement.total > budget.input_limit and k < newest:
