@@ -1000,6 +1000,19 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
     return items
 
 
+def held_item(memo: MutableMapping[Any, Any], key: Any, source: Any, build: Callable[[], Item]) -> Item:
+    """The item ``build()`` makes of ``source`` (an event or an item), kept in ``memo``
+    under ``key`` (which names everything else it depends on): the same object from GET
+    to GET while ``source`` is, so its manifest entry is too (:meth:`Item.to_json`), and
+    the stored delta finds it by identity instead of comparing and serializing it."""
+    held = memo.get(key)
+    if held is not None and held[0] is source:
+        return held[1]  # type: ignore[no-any-return]
+    item = build()
+    memo[key] = (source, item)
+    return item
+
+
 def _tool_text(messages: Sequence[LeafMessage], seq: int) -> str:
     """The text of the tool message of ``seq`` among ``messages`` ("" when there is none)."""
     return next((m.content for m in messages if m.role == "tool" and m.seq == seq), "")
@@ -1449,8 +1462,9 @@ def assemble_window(
     for index in indices:
         group, view = groups[index], views[index]
         if index < k and fold is not None and index != pin:  # folded: the record holds it (no state shown)
-            elided.extend(replace(i, representation=Representation.FOLDED,
-                                  why=folded_why(group.first_seq, previous_cut_seq, cut_seq))
+            why = folded_why(group.first_seq, previous_cut_seq, cut_seq)
+            elided.extend(held_item(view.invalidated, ("folded", i.seq, why), i,
+                                    partial(replace, i, representation=Representation.FOLDED, why=why))
                           for i in view.items(group, EVICTED, known_counts[index], bindings))
             continue
         if index < k and index != pin:
@@ -1477,11 +1491,14 @@ def assemble_window(
                 if item.state == "current":
                     presented.update(x for x in item.bindings if "@r" in x)
             items.append(item)
+    made: dict[Any, Any] = cache.setdefault("bookkeeping items", {})  # held_item's memo (this GET's keys kept)
+    used = len(made)
     for write in writes:
         if write.seq >= boundary:
-            items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
-                              representation=Representation.NOT_RENDERED,
-                              why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
+            items.append(held_item(made, ("write", write.seq), write, partial(
+                Item, seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
+                representation=Representation.NOT_RENDERED,
+                why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})")))
     if step is not None:
         last_message = conversation.leaf[-1] if conversation.leaf else None
         broken = last_message.neutralised if last_message is not None and last_message.seq == step.seq else 0
@@ -1500,11 +1517,16 @@ def assemble_window(
                              why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq),
                              document_spans=document_spans))
     if fold is not None:  # bookkeeping before the fold point (writes, notes, older steps) is in the record
-        items = [replace(i, representation=Representation.FOLDED, zone="trunk",
-                         why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq))
+        items = [held_item(made, ("folded", i.seq, i.kind, previous_cut_seq, cut_seq), i, partial(
+                     replace, i, representation=Representation.FOLDED, zone="trunk",
+                     why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq)))
                  if i.seq < cut_seq and i.representation in (Representation.NOT_RENDERED, Representation.SUPERSEDED)
                  and i.kind not in ("document", "conclusion")  # _side_items placed them
                  else i for i in items]
+    if len(made) > 2 * used + 256:  # keys of events gone from the window (folded, evicted) pile up: drop them
+        live = {i.seq for i in items}
+        for key in [key for key in made if key[1] not in live]:
+            del made[key]
     items.sort(key=_SEQ)
     declared = declared_tools(session)
     warnings = list(measurement.warnings)
