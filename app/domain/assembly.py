@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import pairwise
+from itertools import islice, pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -1101,11 +1101,25 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
     (meter, cap, handle, payload, known count), so an output posted again in another group
     is cut once. Views not used by this call are dropped once they outnumber the groups
     (events read again as new objects would otherwise pile up)."""
-    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
-                                                                render_reasoning, message_cap_tokens), {})
+    params = (meter, item_cap_tokens, render_reasoning, message_cap_tokens)
+    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", *params), {})
     out: list[_GroupView] = []
     all_counts: list[tuple[int | None, ...]] = []
     keys = []
+    # The last call's answer, reused for the groups it shares with this one (the same group
+    # objects, in the same places) when the known counts and the bindings are equal: a
+    # GET then looks up only the groups after them (the newest, usually one or two).
+    last: _LastViews | None = cache.get(("group views, last call", *params))
+    start = 0
+    where: dict[str, int] = {}  # result handle -> index of its group
+    if last is not None and _extends(bindings, last.bindings) and _extends(known, last.known):
+        start = _shared_prefix(groups, last.groups)
+        # a count learnt since for an output of a shared group changes that group's view
+        for handle in islice(known, len(last.known), None):
+            start = min(start, last.where.get(handle, start))
+        start = max(0, start - 1)  # the last shared group may have gained results: looked up again
+        out, keys, all_counts = last.views[:start], last.keys[:start], last.counts[:start]
+        where = dict(last.where)  # entries of later groups are set again below (a stale one only lowers start)
 
     def bound(results: Sequence[ToolResultEvent]) -> dict[str, BoundedResult]:
         bounded: dict[str, BoundedResult] = {}
@@ -1119,7 +1133,7 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
                 bounded[result.handle] = b
         return bounded
 
-    for group in groups:
+    for group in groups[start:]:
         results = group.results
         if results:
             key: tuple[Any, ...] = (id(group.message), *map(id, results),
@@ -1129,6 +1143,8 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
             key, counts = (id(group.message),), ()
         keys.append(key)
         all_counts.append(counts)
+        for result in results:
+            where[result.handle] = len(out)
         view = views.get(key)
         if view is None:
             bounded = bound(results)
@@ -1144,7 +1160,48 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
         kept = {key: views[key] for key in keys}
         views.clear()
         views.update(kept)
-    return out, all_counts
+    cache[("group views, last call", *params)] = _LastViews(list(groups), out, all_counts, keys, known, bindings,
+                                                           where)
+    return list(out), list(all_counts)
+
+
+@dataclass(frozen=True)
+class _LastViews:
+    """:func:`_group_views`' last answer in a session's memo: the groups it was for, their
+    views, counts and keys, the ``known`` counts and ``bindings`` it was given (mappings the
+    caller never changes afterwards) and each result handle's group index."""
+
+    groups: list[TurnGroup]
+    views: list[_GroupView]
+    counts: list[tuple[int | None, ...]]
+    keys: list[tuple[Any, ...]]
+    known: Mapping[str, int]
+    bindings: Mapping[int, tuple[Binding, ...]]
+    where: dict[str, int]
+
+
+def _extends(new: Mapping[Any, Any], old: Mapping[Any, Any]) -> bool:
+    """Whether ``new`` holds ``old``'s entries first, unchanged, then others (mappings grown
+    by adding keys: the request path's known counts and bindings). C-level compares."""
+    if new is old:
+        return True
+    return len(new) >= len(old) and dict(islice(new.items(), len(old))) == old
+
+
+def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
+    """The length of the longest common prefix of two lists (elements compared as list ==
+    does: by identity first), found with C-level slice compares."""
+    n = min(len(new), len(old))
+    if new[:n] == old[:n]:
+        return n
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if new[:mid] == old[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _touched_groups(plan: InvalidationPlan, firsts: Sequence[int],
@@ -1457,7 +1514,7 @@ def assemble_window(
     presented: set[str] = set()
     items: list[Item] = []
     elided: list[Item] = []
-    states = plan.states
+    states, choices = plan.states, plan.choices
     indices = range(older, len(groups)) if pin is None or pin >= older else [pin, *range(older, len(groups))]
     for index in indices:
         group, view = groups[index], views[index]
@@ -1484,12 +1541,22 @@ def assemble_window(
         if not states:
             items.extend(group_items)
             continue
+        held_states = view.invalidated
         for item in group_items:
-            if item.kind == "tool_result" and item.zone == "leaf" and item.seq in states:
-                item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
-                                          summary, view.invalidated)
+            if item.kind == "tool_result" and item.zone == "leaf":
+                state = states.get(item.seq)
+                if state is None:
+                    items.append(item)
+                    continue
+                # inline: _with_invalidation's memo hit of an item the plan chose nothing for
+                held = held_states.get((id(item), False)) if item.seq not in choices else None
+                if held is not None and held[0] is item and held[1] is state:
+                    item = held[4]
+                else:
+                    item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
+                                              summary, held_states)
                 if item.state == "current":
-                    presented.update(x for x in item.bindings if "@r" in x)
+                    presented.update(item.bindings)  # those naming a revision kept below
             items.append(item)
     made: dict[Any, Any] = cache.setdefault("bookkeeping items", {})  # held_item's memo (this GET's keys kept)
     used = len(made)
@@ -1554,7 +1621,7 @@ def assemble_window(
                       for i, texts in sorted(notes.items()) if i >= k for text in texts),
         # the revisions the request presents as current (what an action planned on it assumes;
         # a tool runner checks them with POST /preconditions, seed 000 section 4.7.2)
-        presented=tuple(sorted(presented)), **summary)
+        presented=tuple(sorted(x for x in presented if "@r" in x)), **summary)
     return Assembly(
         invalidation=report,
         conversation=conversation,
