@@ -98,6 +98,32 @@ class RequestContext:
             metrics.HTTP_LATENCY.labels(method, path).observe(time.perf_counter() - start)
 
 
+class HeadAsGet:
+    """HEAD answered as GET without the body (RFC 9110 section 9.3.2: a general-purpose
+    server supports HEAD wherever it supports GET). FastAPI's routes accept only the
+    methods they declare, so ``HEAD /healthz`` (uptime monitors), ``HEAD /ui`` and every
+    other GET route answered 405. The request runs as a GET (auth, rate limits, metrics
+    and logs as for a GET), its status and headers (``Content-Length`` included) are sent,
+    its body is not."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
 def route_label(scope: Scope) -> str:
     """The route template of a served request (``/v1/sessions/{session_id}/request``): the
     matched route's path (FastAPI's routes put themselves in the scope; Starlette's, such as

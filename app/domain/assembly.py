@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import pairwise
+from itertools import islice, pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -25,7 +25,7 @@ from app.domain.compaction.record import ProgressRecord
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.framing import frame, revision_attribute
-from app.domain.invalidation import DependencyGraph, GraphBuilder
+from app.domain.invalidation import DependencyGraph, GraphBuilder, ItemState
 from app.domain.layout import (
     Conversation,
     LeafMessage,
@@ -47,7 +47,7 @@ from app.domain.manifest import (
     Transform,
     WriteRef,
 )
-from app.domain.notes import note_items
+from app.domain.notes import NOTE_CHARS, bounded_note, note_items
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.redaction import redaction_transform
 from app.domain.scratchpad import Documents, current_documents, document_text, leaf_message
@@ -265,6 +265,31 @@ def cached_graph(events: Sequence[Event], cache: MutableMapping[Any, Any]) -> De
     graph = fresh.graph()
     cache["invalidation graph"] = (fresh, graph)
     return graph
+
+
+def cached_states(graph: DependencyGraph, cache: MutableMapping[Any, Any]
+                  ) -> tuple[dict[int, ItemState], dict[int, tuple[Binding, ...]]]:
+    """``graph.observation_states()`` and each observation's bindings (by seq), for
+    ``graph`` as :func:`cached_graph` gave it from ``cache``: kept there with the graph
+    they belong to, and carried over from the previous GET's graph when this one extends
+    it (:meth:`GraphBuilder.states_after`: only what the new events can change is judged
+    again, and an unchanged state is the same object from GET to GET). Equal to a fresh
+    computation in every case."""
+    kept = cache.get("observation states")
+    if kept is not None and kept[0] is graph:
+        return kept[1], kept[2]
+    builder = cache.get("invalidation graph", (None, None))
+    if kept is not None and builder[1] is graph and builder[0].seen[:len(kept[3])] == kept[3]:
+        states = builder[0].states_after(graph, kept[0], kept[1])
+        bindings = dict(kept[2])
+        for seq in list(graph.observations)[len(kept[0].observations):]:
+            bindings[seq] = graph.observations[seq].bindings
+    else:
+        states = graph.observation_states()
+        bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    if builder[1] is graph:  # the events it saw: the next graph extends this one only if it starts with them
+        cache["observation states"] = (graph, states, bindings, builder[0].seen)
+    return states, bindings
 
 
 def head_tail_cut(meter: TokenMeter, text: str, cap_tokens: int) -> tuple[str, str, ElidedSpan] | None:
@@ -732,7 +757,7 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
         text, broken = neutralise_control_text(document_text(document), control)
         leaf.append(LeafMessage(role="user", content=text, seq=document.seq, neutralised=broken))
     if step is not None:
-        text, broken = neutralise_control_text(step.text, control)
+        text, broken = neutralise_control_text(bounded_note(step.text, step.seq, "step"), control)
         leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
     conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
                                 leaf=tuple(leaf))
@@ -975,6 +1000,19 @@ def _group_items(group: TurnGroup, bounded: Mapping[str, BoundedResult], message
     return items
 
 
+def held_item(memo: MutableMapping[Any, Any], key: Any, source: Any, build: Callable[[], Item]) -> Item:
+    """The item ``build()`` makes of ``source`` (an event or an item), kept in ``memo``
+    under ``key`` (which names everything else it depends on): the same object from GET
+    to GET while ``source`` is, so its manifest entry is too (:meth:`Item.to_json`), and
+    the stored delta finds it by identity instead of comparing and serializing it."""
+    held = memo.get(key)
+    if held is not None and held[0] is source:
+        return held[1]  # type: ignore[no-any-return]
+    item = build()
+    memo[key] = (source, item)
+    return item
+
+
 def _tool_text(messages: Sequence[LeafMessage], seq: int) -> str:
     """The text of the tool message of ``seq`` among ``messages`` ("" when there is none)."""
     return next((m.content for m in messages if m.role == "tool" and m.seq == seq), "")
@@ -996,8 +1034,8 @@ def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | N
     text = shown() if choice is not None else None
     key = (id(item), choice is not None)
     held = memo.get(key) if memo is not None else None
-    if held is not None and held[0] is item and held[1] == state and held[2] == choice \
-            and (held[3] is text or held[3] == text):
+    if held is not None and held[0] is item and (held[1] is state or held[1] == state) \
+            and (held[2] is choice or held[2] == choice) and (held[3] is text or held[3] == text):
         if held[5]:
             for name, value in held[5]:
                 summary[name] += value  # type: ignore[index]
@@ -1063,11 +1101,25 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
     (meter, cap, handle, payload, known count), so an output posted again in another group
     is cut once. Views not used by this call are dropped once they outnumber the groups
     (events read again as new objects would otherwise pile up)."""
-    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", meter, item_cap_tokens,
-                                                                render_reasoning, message_cap_tokens), {})
+    params = (meter, item_cap_tokens, render_reasoning, message_cap_tokens)
+    views: dict[tuple[Any, ...], _GroupView] = cache.setdefault(("group views", *params), {})
     out: list[_GroupView] = []
     all_counts: list[tuple[int | None, ...]] = []
     keys = []
+    # The last call's answer, reused for the groups it shares with this one (the same group
+    # objects, in the same places) when the known counts and the bindings are equal: a
+    # GET then looks up only the groups after them (the newest, usually one or two).
+    last: _LastViews | None = cache.get(("group views, last call", *params))
+    start = 0
+    where: dict[str, int] = {}  # result handle -> index of its group
+    if last is not None and _extends(bindings, last.bindings) and _extends(known, last.known):
+        start = _shared_prefix(groups, last.groups)
+        # a count learnt since for an output of a shared group changes that group's view
+        for handle in islice(known, len(last.known), None):
+            start = min(start, last.where.get(handle, start))
+        start = max(0, start - 1)  # the last shared group may have gained results: looked up again
+        out, keys, all_counts = last.views[:start], last.keys[:start], last.counts[:start]
+        where = dict(last.where)  # entries of later groups are set again below (a stale one only lowers start)
 
     def bound(results: Sequence[ToolResultEvent]) -> dict[str, BoundedResult]:
         bounded: dict[str, BoundedResult] = {}
@@ -1081,7 +1133,7 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
                 bounded[result.handle] = b
         return bounded
 
-    for group in groups:
+    for group in groups[start:]:
         results = group.results
         if results:
             key: tuple[Any, ...] = (id(group.message), *map(id, results),
@@ -1091,6 +1143,8 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
             key, counts = (id(group.message),), ()
         keys.append(key)
         all_counts.append(counts)
+        for result in results:
+            where[result.handle] = len(out)
         view = views.get(key)
         if view is None:
             bounded = bound(results)
@@ -1106,7 +1160,48 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
         kept = {key: views[key] for key in keys}
         views.clear()
         views.update(kept)
-    return out, all_counts
+    cache[("group views, last call", *params)] = _LastViews(list(groups), out, all_counts, keys, known, bindings,
+                                                           where)
+    return list(out), list(all_counts)
+
+
+@dataclass(frozen=True)
+class _LastViews:
+    """:func:`_group_views`' last answer in a session's memo: the groups it was for, their
+    views, counts and keys, the ``known`` counts and ``bindings`` it was given (mappings the
+    caller never changes afterwards) and each result handle's group index."""
+
+    groups: list[TurnGroup]
+    views: list[_GroupView]
+    counts: list[tuple[int | None, ...]]
+    keys: list[tuple[Any, ...]]
+    known: Mapping[str, int]
+    bindings: Mapping[int, tuple[Binding, ...]]
+    where: dict[str, int]
+
+
+def _extends(new: Mapping[Any, Any], old: Mapping[Any, Any]) -> bool:
+    """Whether ``new`` holds ``old``'s entries first, unchanged, then others (mappings grown
+    by adding keys: the request path's known counts and bindings). C-level compares."""
+    if new is old:
+        return True
+    return len(new) >= len(old) and dict(islice(new.items(), len(old))) == old
+
+
+def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
+    """The length of the longest common prefix of two lists (elements compared as list ==
+    does: by identity first), found with C-level slice compares."""
+    n = min(len(new), len(old))
+    if new[:n] == old[:n]:
+        return n
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if new[:mid] == old[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _touched_groups(plan: InvalidationPlan, firsts: Sequence[int],
@@ -1210,9 +1305,9 @@ def assemble_window(
     # first as due (new tombstones deferred), re-planned below when the forecast says not due
     forecasting = options.pass_due is None and fold is not None
     graph = cached_graph(events, cache)
-    bindings = {seq: node.bindings for seq, node in graph.observations.items()}
+    observed, bindings = cached_states(graph, cache)
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
-                             deferred=options.deferred, shown_upto=options.shown_upto)
+                             deferred=options.deferred, shown_upto=options.shown_upto, states=observed, memo=cache)
     views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
                                        budget.role_limits()["observations"] or budget.input_limit)
     bounded: dict[str, BoundedResult] = {}
@@ -1279,7 +1374,7 @@ def assemble_window(
                                  t_hi=min(fold.watermarks.t_hi, budget.input_limit), calls=fold.due_calls)
         if forecasting and not forecast.due and plan.deferred - options.deferred:
             plan = plan_invalidation(graph, mode=options.mode, pass_due=False, deferred=options.deferred,
-                                     shown_upto=options.shown_upto)
+                                     shown_upto=options.shown_upto, states=observed, memo=cache)
             leaf_groups = with_plan(plan)
             conversation, measurement = build(first_kept)
     pass_due = forecast.due if forecasting and forecast is not None else bool(options.pass_due)
@@ -1350,7 +1445,8 @@ def assemble_window(
     if k > first_kept and plan.deferred and fitted is None:
         # this request rewrites the trunk anyway: the deferred tombstones replace their outputs now
         plan = plan_invalidation(graph, mode=options.mode, pass_due=pass_due, trunk_rewrite=True,
-                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto)
+                                 deferred=options.deferred | plan.deferred, shown_upto=options.shown_upto,
+                                 states=observed, memo=cache)
         leaf_groups = with_plan(plan)
         conversation, measurement = build(k)
         while measurement.total > budget.input_limit and k < newest:
@@ -1418,13 +1514,14 @@ def assemble_window(
     presented: set[str] = set()
     items: list[Item] = []
     elided: list[Item] = []
-    states = plan.states
+    states, choices = plan.states, plan.choices
     indices = range(older, len(groups)) if pin is None or pin >= older else [pin, *range(older, len(groups))]
     for index in indices:
         group, view = groups[index], views[index]
         if index < k and fold is not None and index != pin:  # folded: the record holds it (no state shown)
-            elided.extend(replace(i, representation=Representation.FOLDED,
-                                  why=folded_why(group.first_seq, previous_cut_seq, cut_seq))
+            why = folded_why(group.first_seq, previous_cut_seq, cut_seq)
+            elided.extend(held_item(view.invalidated, ("folded", i.seq, why), i,
+                                    partial(replace, i, representation=Representation.FOLDED, why=why))
                           for i in view.items(group, EVICTED, known_counts[index], bindings))
             continue
         if index < k and index != pin:
@@ -1444,23 +1541,42 @@ def assemble_window(
         if not states:
             items.extend(group_items)
             continue
+        held_states = view.invalidated
         for item in group_items:
-            if item.kind == "tool_result" and item.zone == "leaf" and item.seq in states:
-                item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
-                                          summary, view.invalidated)
+            if item.kind == "tool_result" and item.zone == "leaf":
+                state = states.get(item.seq)
+                if state is None:
+                    items.append(item)
+                    continue
+                # inline: _with_invalidation's memo hit of an item the plan chose nothing for
+                held = held_states.get((id(item), False)) if item.seq not in choices else None
+                if held is not None and held[0] is item and held[1] is state:
+                    item = held[4]
+                else:
+                    item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
+                                              summary, held_states)
                 if item.state == "current":
-                    presented.update(x for x in item.bindings if "@r" in x)
+                    presented.update(item.bindings)  # those naming a revision kept below
             items.append(item)
+    made: dict[Any, Any] = cache.setdefault("bookkeeping items", {})  # held_item's memo (this GET's keys kept)
+    used = len(made)
     for write in writes:
         if write.seq >= boundary:
-            items.append(Item(seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
-                              representation=Representation.NOT_RENDERED,
-                              why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})"))
+            items.append(held_item(made, ("write", write.seq), write, partial(
+                Item, seq=write.seq, event_id=write.event_id, kind=write.kind, zone=None,
+                representation=Representation.NOT_RENDERED,
+                why=f"artifact revision bookkeeping ({write.artifact} r{write.revision})")))
     if step is not None:
         last_message = conversation.leaf[-1] if conversation.leaf else None
         broken = last_message.neutralised if last_message is not None and last_message.seq == step.seq else 0
+        cut = len(step.text) > NOTE_CHARS  # shown as head + tail (bounded_note)
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
-                          representation=Representation.VERBATIM, why="the next bounded step, last in the leaf",
+                          representation=Representation.HEAD_TAIL if cut else Representation.VERBATIM,
+                          why="the next bounded step, last in the leaf" + (
+                              f" (over {NOTE_CHARS:,} characters: head + tail)" if cut else ""),
+                          tokens_known=False if cut else None,  # its elided tokens are not counted
+                          elided_bytes=len(step.text[2 * NOTE_CHARS // 3:len(step.text) - (NOTE_CHARS - 2 * NOTE_CHARS // 3)]
+                                           .encode("utf-8", "surrogatepass")) if cut else None,
                           transforms=(neutralise_transform(broken),) if broken else ()))
     for earlier in grouping.steps:
         if earlier is not step and earlier.seq >= boundary:
@@ -1474,11 +1590,16 @@ def assemble_window(
                              why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq),
                              document_spans=document_spans))
     if fold is not None:  # bookkeeping before the fold point (writes, notes, older steps) is in the record
-        items = [replace(i, representation=Representation.FOLDED, zone="trunk",
-                         why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq))
+        items = [held_item(made, ("folded", i.seq, i.kind, previous_cut_seq, cut_seq), i, partial(
+                     replace, i, representation=Representation.FOLDED, zone="trunk",
+                     why=f"{i.why}; " + folded_why(i.seq, previous_cut_seq, cut_seq)))
                  if i.seq < cut_seq and i.representation in (Representation.NOT_RENDERED, Representation.SUPERSEDED)
                  and i.kind not in ("document", "conclusion")  # _side_items placed them
                  else i for i in items]
+    if len(made) > 2 * used + 256:  # keys of events gone from the window (folded, evicted) pile up: drop them
+        live = {i.seq for i in items}
+        for key in [key for key in made if key[1] not in live]:
+            del made[key]
     items.sort(key=_SEQ)
     declared = declared_tools(session)
     warnings = list(measurement.warnings)
@@ -1500,7 +1621,7 @@ def assemble_window(
                       for i, texts in sorted(notes.items()) if i >= k for text in texts),
         # the revisions the request presents as current (what an action planned on it assumes;
         # a tool runner checks them with POST /preconditions, seed 000 section 4.7.2)
-        presented=tuple(sorted(presented)), **summary)
+        presented=tuple(sorted(x for x in presented if "@r" in x)), **summary)
     return Assembly(
         invalidation=report,
         conversation=conversation,

@@ -20,11 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from app.domain.types import Event, HypothesisEvent, ObligationEvent
 
-__all__ = ["Notes", "current_notes", "note_items"]
+__all__ = ["NOTE_CHARS", "Notes", "bounded_note", "current_notes", "note_items"]
+
+#: characters of a step, hypothesis or obligation text a request shows (about 1,000 tokens):
+#: a longer one is shown as its first two thirds and last third around a marker
+NOTE_CHARS: Final = 4_000
+
+
+def bounded_note(text: str, seq: int, kind: str, limit: int = NOTE_CHARS) -> str:
+    """``text`` (a step's, a hypothesis' or an obligation's, posted at ``seq``) as requests
+    show it: unchanged when at most ``limit`` characters, else its first ``2 * limit // 3``
+    and last ``limit - 2 * limit // 3`` characters around a marker naming how many were
+    elided and where the whole text is (the session's event log). Characters, not tokens:
+    cheap and deterministic, whatever the tokenizer. Before, these texts were shown whole
+    and pinned (the step at the end of the leaf, notes and the step in the progress
+    record), so one of ~200 kB made every GET of its session a 422 until the agent replaced
+    it (the fault kind of an oversized message kept in the history and refused on every
+    later turn, as for user messages: app/domain/assembly.py ``bound_user_message``)."""
+    if len(text) <= limit:
+        return text
+    head = 2 * limit // 3
+    tail = limit - head
+    return (f"{text[:head]}\n[... {len(text) - limit:,} characters of this {kind} elided by ctxd; the whole text is "
+            f"event seq {seq} of the session's event log: GET /v1/sessions/<session>/events?after_seq={seq - 1}"
+            f"&limit=1&representation=full ...]\n{text[-tail:]}")
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from one request to the next, so two GETs with no event between them decide alik
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from app.domain.invalidation import HISTORICAL, POSSIBLY_STALE, Change, DependencyGraph, ItemState, ObservationNode
 
@@ -132,7 +132,8 @@ def _stale_notice(node: ObservationNode, state: ItemState) -> str:
 
 def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: bool = False,
                       trunk_rewrite: bool = False, deferred: frozenset[int] = frozenset(),
-                      shown_upto: int = 0) -> InvalidationPlan:
+                      shown_upto: int = 0, states: Mapping[int, ItemState] | None = None,
+                      memo: MutableMapping[Any, Any] | None = None) -> InvalidationPlan:
     """Choose, for every historical or possibly stale observation of ``graph``, how the
     request shows it (module docstring).
 
@@ -144,10 +145,29 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
     already shown is never turned back into a notice). A possibly stale observation's
     notice is anchored at the first event past its TTL.
 
+    ``states``: ``graph.observation_states()`` when the caller has them (the request path
+    keeps them from GET to GET, app/domain/assembly.py ``cached_states``). ``memo``: a
+    mapping kept across calls (the session's), where each tombstone's text is kept with
+    the node and state object it was written for.
+
     Raises ValueError for an unknown ``mode``."""
     if mode not in MODES:
         raise ValueError(f"unknown invalidation mode {mode!r}; one of {', '.join(MODES)}")
-    states = graph.observation_states()
+    if states is None:
+        states = graph.observation_states()
+    texts: dict[int, tuple[ObservationNode, ItemState, str]] = memo.setdefault("tombstone texts", {}) \
+        if memo is not None else {}
+    made: dict[int, Choice] = memo.setdefault("invalidation choices", {}) if memo is not None else {}
+
+    def chosen(seq: int, name: ChoiceName, state: ItemState, key: int, text: str | None = None) -> Choice:
+        """The choice, the same object as the last plan's when equal (compared by identity)."""
+        held = made.get(seq)
+        if held is not None and held.state is state and held.choice == name and held.key == key \
+                and held.text is text:
+            return held
+        made[seq] = out = Choice(seq, name, state, key, text)
+        return out
+
     choices: dict[int, Choice] = {}
     noticed: dict[tuple[int, int], list[tuple[Change | None, ObservationNode, bool]]] = {}
     still: set[int] = set()
@@ -155,7 +175,7 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
         node = graph.observations[seq]
         if state.state == POSSIBLY_STALE:
             key = max(graph.first_event_after(state.expires_at or 0.0) or seq, seq)
-            choices[seq] = Choice(seq, "notice", state, key)
+            choices[seq] = chosen(seq, "notice", state, key)
             noticed.setdefault((key, 1), []).append((None, node, False))
             continue
         if state.state != HISTORICAL:
@@ -175,8 +195,15 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
             choice = "tombstone"
         if choice == "deferred":
             still.add(key)
-        text = tombstone_text(node, state) if choice == "tombstone" else None
-        choices[seq] = Choice(seq, choice, state, key, text)
+        text = None
+        if choice == "tombstone":
+            held = texts.get(seq)
+            if held is not None and held[0] is node and held[1] is state:
+                text = held[2]
+            else:
+                text = tombstone_text(node, state)
+                texts[seq] = (node, state, text)
+        choices[seq] = chosen(seq, choice, state, key, text)
         if choice != "tombstone":
             for s in state.superseded:  # one notice per change (its first superseding write)
                 noticed.setdefault((s.change.seq, 0), []).append((s.change, node, choice == "deferred"))

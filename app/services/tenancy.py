@@ -102,17 +102,27 @@ def authenticate(db: OrmSession, authorization: str | None) -> Principal:
     return Principal(tenant_id=row.tenant_id, key_id=key_id)
 
 
-def principal_of_key(db: OrmSession, key_id: str, tenant_id: str) -> Principal:
+def principal_of_key(db: OrmSession, key_id: str, tenant_id: str, *, nonce: str | None = None) -> Principal:
     """The principal of an already authenticated key (the inspector's session cookie names
-    the key id and tenant, never the secret), while that key is still active.
+    the key id and tenant, never the secret), while that key is still active and, with
+    ``nonce`` (the cookie's session), while that session has not been ended by its logout.
 
     Raises:
-        Unauthorized: the key is unknown, revoked, or now of another tenant.
+        Unauthorized: the key is unknown, revoked, or now of another tenant; or the session
+            was ended (logged out).
     """
     row = store.get_key(db, key_id)
     if row is None or row.revoked_at is not None or row.tenant_id != tenant_id:
         raise Unauthorized("the API key of this session is no longer valid (revoked or deleted)")
+    if nonce is not None and store.ui_session_ended(db, nonce):
+        raise Unauthorized("this inspector session was logged out")
     return Principal(tenant_id=row.tenant_id, key_id=key_id)
+
+
+def end_ui_session(db: OrmSession, nonce: str, expires_at: datetime) -> None:
+    """End the inspector session ``nonce`` (its logout): its cookie is refused from now on by
+    every worker, until ``expires_at`` (UTC), when it would have expired anyway."""
+    store.end_ui_session(db, nonce, expires_at)
 
 
 def _absent(session_id: str) -> SessionNotFound:

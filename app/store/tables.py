@@ -217,6 +217,17 @@ class ApiKeyRow(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
+class UiSessionEndRow(Base):
+    """An inspector session ended by its logout (issue 15): the random ``nonce`` its signed
+    cookie carries, refused until ``expires_at`` (when the cookie would have expired anyway;
+    rows past it are deleted at the next logout). Shared by every worker and replica."""
+
+    __tablename__ = "ui_session_ends"
+
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
 class PayloadOwnerRow(Base):
     """Ownership link: session ``session_id`` (of tenant ``tenant_id``) posted payload ``sha256``
     or ctxd derived it for that session's requests. Payloads stay deduplicated by content; a

@@ -10,7 +10,7 @@ from sqlalchemy import insert as insert_row
 from sqlalchemy.orm import Session as OrmSession
 
 from app.store import repository as repo
-from app.store.tables import ApiKeyRow, PayloadOwnerRow, PayloadRow, SessionRow, TenantRow, utcnow
+from app.store.tables import ApiKeyRow, PayloadOwnerRow, PayloadRow, SessionRow, TenantRow, UiSessionEndRow, utcnow
 
 #: Payload handles per statement (IN lists).
 CHUNK = 500
@@ -36,6 +36,18 @@ def add_key(db: OrmSession, *, key_id: str, tenant_id: str, digest: str) -> None
 
 def get_key(db: OrmSession, key_id: str) -> ApiKeyRow | None:
     return db.get(ApiKeyRow, key_id)
+
+
+def end_ui_session(db: OrmSession, nonce: str, expires_at: datetime) -> None:
+    """Record the inspector session ``nonce`` as ended until ``expires_at`` (again: no-op),
+    and delete the records whose cookies have expired anyway."""
+    db.execute(delete(UiSessionEndRow).where(UiSessionEndRow.expires_at < utcnow()))
+    if db.get(UiSessionEndRow, nonce) is None:
+        db.add(UiSessionEndRow(nonce=nonce, expires_at=expires_at))
+
+
+def ui_session_ended(db: OrmSession, nonce: str) -> bool:
+    return db.execute(select(UiSessionEndRow.nonce).where(UiSessionEndRow.nonce == nonce)).first() is not None
 
 
 def revoke_key(db: OrmSession, key_id: str) -> bool:

@@ -354,7 +354,8 @@ def test_cookie_expired_tampered_or_revoked(keyed: TestClient) -> None:
             return super().get_timestamp() - 901
 
     old = URLSafeTimedSerializer("s3cret-for-tests", salt=COOKIE_SALT, signer=Old).dumps(
-        {"k": tenancy.key_id_of(key), "t": client.app.state.ui_signer.loads(token)["t"]})  # type: ignore[attr-defined]
+        {"k": tenancy.key_id_of(key), "t": client.app.state.ui_signer.loads(token)["t"],  # type: ignore[attr-defined]
+         "n": client.app.state.ui_signer.loads(token)["n"]})  # type: ignore[attr-defined]
     for value in (old, token[:-2] + ("AA" if not token.endswith("AA") else "BB"),
                   URLSafeTimedSerializer("another-secret", salt=COOKIE_SALT).dumps({"k": "x", "t": "default"})):
         client.cookies.clear()
@@ -367,6 +368,32 @@ def test_cookie_expired_tampered_or_revoked(keyed: TestClient) -> None:
     with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
         assert tenancy.revoke_key(db, key)
     assert client.get("/ui", follow_redirects=False).status_code == 303  # revoked: the cookie ends at once
+    client.cookies.clear()
+
+
+def test_logout_ends_the_session_on_the_server_for_every_worker(keyed: TestClient) -> None:
+    """OWASP ASVS 3.3.1: logout invalidates the session token. Before: logout only asked the
+    browser to delete the cookie, and a copy of it (another tab, a proxy log, a stolen
+    cookie) stayed valid for CTXD_UI_SESSION_SECONDS (15 min). Now the cookie's session
+    nonce is ended on the server, for every worker on the database; a new login works."""
+    client = keyed
+    client.cookies.clear()
+    key = make_key(client, "ui-e")
+    assert login(client, key).status_code == 303
+    token = client.cookies[COOKIE]
+    with TestClient(create_app(client.app.state.settings)) as other:  # type: ignore[attr-defined]  # another worker
+        other.cookies.set(COOKIE, token, path="/ui")
+        assert other.get("/ui", follow_redirects=False).status_code == 200
+        assert client.post("/ui/logout", follow_redirects=False).status_code == 303
+        client.cookies.clear()
+        client.cookies.set(COOKIE, token, path="/ui")  # the copy
+        for worker in (client, other):
+            r = worker.get("/ui", follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
+        assert other.post("/ui/logout", follow_redirects=False).status_code == 303  # twice: a no-op
+    client.cookies.clear()
+    assert login(client, key).status_code == 303
+    assert client.cookies[COOKIE] != token and client.get("/ui", follow_redirects=False).status_code == 200
     client.cookies.clear()
 
 

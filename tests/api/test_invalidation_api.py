@@ -130,7 +130,9 @@ def test_a_shown_tombstone_stays_byte_identical_when_its_file_is_written_again(c
     file does not reword it. Before: it named the file's current revision ("current r1",
     then "current r2"), so every write of an edited file rewrote every tombstone of that
     file and the request diverged at the oldest one again (no prefix reuse past it, and
-    20-50 new tombstone texts to count per write on the shared traces)."""
+    20-50 new tombstone texts to count per write on the shared traces). The fault kind of
+    mozilla-ai/clawbolt#1420 and DraconDev/pi-goal-list-loop-audit#57: a block early in the
+    prompt regenerated with updated text on every change, re-billing the whole history."""
     sid = new_session(client)
     post(client, sid, bash("a1", "c1", "cat a.py"),
          result("t1", "c1", "x = 1\n", binding={"artifact": "a.py", "kind": "file"}))

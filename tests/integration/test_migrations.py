@@ -160,3 +160,35 @@ def test_session_parent_up_down_up(database_url: str) -> None:
     assert _rows(database_url, "SELECT id FROM sessions ORDER BY id") == [("s1",), ("s2",)]
     upgrade_head(database_url)
     assert _rows(database_url, "SELECT id, parent_id FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
+
+
+def test_ui_session_ends_up_down_up(database_url: str) -> None:
+    """Migration 0014_ui_session_ends (issue 15, logout on the server): the table of ended
+    inspector sessions is created empty, keeps what is stored, and down drops it."""
+    from datetime import UTC, datetime, timedelta
+
+    from app.store import tenancy as store
+
+    config = alembic_config(database_url)
+    command.upgrade(config, "0013_artifact_content_hash")
+    upgrade_head(database_url)
+    engine = create_engine(database_url)
+    try:
+        assert "ui_session_ends" in inspect(engine).get_table_names()
+        soon, gone = datetime.now(UTC) + timedelta(minutes=15), datetime.now(UTC) - timedelta(minutes=1)
+        with Session(engine) as db, db.begin():
+            store.end_ui_session(db, "old", gone)
+        with Session(engine) as db, db.begin():
+            store.end_ui_session(db, "n1", soon)  # deletes the expired one
+            store.end_ui_session(db, "n1", soon)  # again: a no-op
+        with Session(engine) as db:
+            assert store.ui_session_ended(db, "n1") and not store.ui_session_ended(db, "old")
+    finally:
+        engine.dispose()
+    command.downgrade(config, "0013_artifact_content_hash")
+    engine = create_engine(database_url)
+    try:
+        assert "ui_session_ends" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+    upgrade_head(database_url)

@@ -266,3 +266,34 @@ def test_the_memoized_graph_extends_without_reading_old_events_again() -> None:
     assert [c.args[0].seq for c in spy.call_args_list] == [10]
     assert got.observation_state(2).state == got.observation_state(6).state == "historical"
     assert got.revision("config.yaml") == 2 and _graph_fields(got) == _graph_fields(build_graph(events))
+
+
+def test_the_memoized_states_equal_fresh_ones_at_every_step_of_real_traces() -> None:
+    """The observation states and bindings the request path keeps with the graph
+    (``cached_states``) equal a fresh ``observation_states()`` at every prefix of the
+    largest shared traces, one event at a time and in steps; a state whose observation no
+    new event concerns is the very same object as at the step before (so what is derived
+    from it per item is not derived again)."""
+    from app.domain.assembly import cached_graph, cached_states
+    from tests.domain_events import trace_session
+    from tests.traces import TRACE_FILES
+
+    if not TRACE_FILES:
+        pytest.skip("shared traces not found")
+    largest = sorted(TRACE_FILES, key=lambda p: p.stat().st_size)[-2:]
+    for path in largest:
+        _, events = trace_session(path)
+        for step in (1, max(2, len(events) // 40)):
+            cache: dict = {}
+            before: dict = {}
+            kept = 0
+            for n in [*range(1, len(events), step), len(events)]:
+                graph = cached_graph(list(events[:n]), cache)
+                states, bindings = cached_states(graph, cache)
+                assert states == graph.observation_states(), (path.name, n)
+                assert list(states) == list(graph.observations), "in seq order, as a fresh computation"
+                assert bindings == {seq: node.bindings for seq, node in graph.observations.items()}
+                assert cached_states(graph, cache)[0] is states  # nothing new: the same mapping
+                kept += sum(1 for seq, s in before.items() if states[seq] is s)
+                before = states
+            assert kept > 0, "unchanged states are carried over, not judged again"

@@ -4,9 +4,11 @@
 tokenizes; the batch calls release it. The meter counted and cut with ``encode``, so the
 count of a new tool output that runs after its POST (a background task in the server's
 thread pool, about 0.5 s per MB here) slowed every other thread of the worker to about a
-quarter of its speed for as long: the event loop, and the agent's next GET. (The fault
-kind of the serving-path reports "tokenization blocks the event loop".) Now the meter
-tokenizes with the batch calls, and the figures are the same as transformers' ``encode``.
+quarter of its speed for as long: the event loop, and the agent's next GET. The fault kind
+of ModelTC/LightLLM#1258 (``tokenizer.encode`` on the serving path blocked every other
+request) and benbrandt/text-splitter#1182 (bindings holding the GIL, so moving the work to
+a thread did not keep the event loop responsive). Now the meter tokenizes with the batch
+calls, and the figures are the same as transformers' ``encode``.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
@@ -41,7 +42,7 @@ from app.domain.tenancy import DEFAULT_TENANT, Principal
 from app.services import inspector
 from app.services import tenancy as tenancy_service
 from app.settings import Settings
-from app.store.db import read_only
+from app.store.db import read_only, unit_of_work
 
 router = APIRouter(prefix="/ui", route_class=CheckedRoute, include_in_schema=False)
 audit = logging.getLogger("ctxd.audit")
@@ -121,18 +122,29 @@ def _keys_required(request: Request) -> bool:
 def _cookie_principal(request: Request) -> Principal | None:
     """The principal of the request's session cookie, when valid, unexpired and its key
     still active; None otherwise."""
+    found = _cookie_session(request)
+    if found is None:
+        return None
+    key_id, tenant_id, nonce, _ = found
+    try:
+        with read_only(request.app.state.read_factory) as db:
+            return tenancy_service.principal_of_key(db, key_id, tenant_id, nonce=nonce)
+    except Unauthorized:
+        return None
+
+
+def _cookie_session(request: Request) -> tuple[str, str, str, datetime] | None:
+    """(key id, tenant, session nonce, expiry in UTC) of the request's session cookie when
+    its signature is valid and it has not expired; None otherwise (a cookie from before
+    session nonces, too: log in again)."""
     raw = request.cookies.get(COOKIE)
     if not raw:
         return None
+    seconds = request.app.state.settings.ui_session_seconds
     try:
-        data = request.app.state.ui_signer.loads(raw, max_age=request.app.state.settings.ui_session_seconds)
-        key_id, tenant_id = str(data["k"]), str(data["t"])
+        data, signed_at = request.app.state.ui_signer.loads(raw, max_age=seconds, return_timestamp=True)
+        return str(data["k"]), str(data["t"]), str(data["n"]), signed_at + timedelta(seconds=seconds)
     except (BadSignature, KeyError, TypeError):
-        return None
-    try:
-        with read_only(request.app.state.read_factory) as db:
-            return tenancy_service.principal_of_key(db, key_id, tenant_id)
-    except Unauthorized:
         return None
 
 
@@ -256,7 +268,8 @@ async def login(request: Request) -> Response:
         return _error(request, exc, None)
     audit.info("ui login: key_id=%s tenant=%s", principal.key_id, principal.tenant_id)
     response = RedirectResponse(target, status_code=303, headers=HEADERS)
-    token = app.state.ui_signer.dumps({"k": principal.key_id, "t": principal.tenant_id})
+    # "n": this session's nonce, which its logout ends on the server (app/store ``ui_session_ends``)
+    token = app.state.ui_signer.dumps({"k": principal.key_id, "t": principal.tenant_id, "n": secrets.token_hex(16)})
     response.set_cookie(COOKIE, token, max_age=app.state.settings.ui_session_seconds, path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
     return response
@@ -264,8 +277,15 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 def logout(request: Request) -> Response:
-    """End the session cookie."""
+    """End the session: on the server (its nonce is refused by every worker until the cookie
+    would have expired, so a copy of the cookie is worthless from now on) and in the browser
+    (the cookie is deleted)."""
     response = RedirectResponse("/ui/login" if _keys_required(request) else "/ui", status_code=303, headers=HEADERS)
     if _same_origin(request):
+        found = _cookie_session(request)
+        if found is not None:
+            with unit_of_work(request.app.state.session_factory) as db:
+                tenancy_service.end_ui_session(db, found[2], found[3])
+            audit.info("ui logout: key_id=%s tenant=%s", found[0], found[1])
         response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
     return response

@@ -39,7 +39,7 @@ from typing import Any, Final
 from app.domain.compaction.evidence import Claim, claims_of
 from app.domain.compaction.lineage import SHORT_HANDLE, cut_line, split_lines
 from app.domain.layout import render_contract
-from app.domain.notes import current_notes
+from app.domain.notes import bounded_note, current_notes
 from app.domain.scratchpad import current_documents, latest_plan
 from app.domain.types import (
     ArtifactWriteEvent,
@@ -333,8 +333,10 @@ def _notes(events: Sequence[Event]) -> tuple[tuple[Note, ...], tuple[Note, ...]]
     """Current hypotheses and obligations by key (:func:`app.domain.notes.current_notes`:
     a later event of a key supersedes the earlier one)."""
     notes = current_notes(events)
-    return (tuple(Note("hypothesis", h.key, h.text, h.status, h.seq, h.depends_on) for h in notes.hypotheses),
-            tuple(Note("obligation", o.key, o.text, o.status, o.seq) for o in notes.obligations))
+    return (tuple(Note("hypothesis", h.key, bounded_note(h.text, h.seq, "hypothesis"), h.status, h.seq, h.depends_on)
+                  for h in notes.hypotheses),
+            tuple(Note("obligation", o.key, bounded_note(o.text, o.seq, "obligation"), o.status, o.seq)
+                  for o in notes.obligations))
 
 
 def _group_entry(group: TurnGroup) -> FoldedEntry:
@@ -461,7 +463,8 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
     base = ProgressRecord(
         contract_version=contract.contract_version, goal=contract.goal, constraints=contract.constraints,
         fold_seq=fold_seq, artifacts=_artifacts(earlier), hypotheses=hypotheses, obligations=obligations,
-        next_step=(step.seq, step.text) if step is not None else None, budget=budget_tokens,
+        next_step=(step.seq, bounded_note(step.text, step.seq, "step")) if step is not None else None,
+        budget=budget_tokens,
         plan=(plan.seq, plan.version, fit_plan(plan.text, plan.handle, budget_tokens // PLAN_SHARE, count))
         if plan is not None else None,
         conclusions=tuple((e.seq, e.child, e.handle, _one_line(e.text, COMMAND_CHARS)) for e in earlier

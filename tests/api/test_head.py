@@ -1,0 +1,27 @@
+"""HEAD wherever GET is served (RFC 9110 section 9.3.2: a general-purpose server supports
+HEAD and GET). Before: FastAPI's routes accept only the methods they declare, so ``HEAD
+/healthz`` (what uptime monitors and some load balancers send), ``HEAD /ui`` and every
+other GET route were 405 Method Not Allowed. Now a HEAD runs as the GET (auth and limits
+included) and answers its status and headers without the body."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.api.test_api import new_session
+
+
+def test_head_answers_the_get_status_and_headers_without_the_body(client: TestClient) -> None:
+    sid = new_session(client)
+    for path in ("/healthz", "/metrics", "/v1/profiles", "/ui", f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/request",
+                 "/openapi.json"):
+        get, head = client.get(path), client.head(path)
+        assert head.status_code == get.status_code == 200, path
+        assert head.content == b"" and get.content, path
+        assert head.headers["content-type"] == get.headers["content-type"], path
+        if "metrics" not in path and "request" not in path:  # these bodies change with every call
+            assert head.headers["content-length"] == str(len(get.content)), path
+    # an absent session is a 404 for HEAD as for GET; a POST-only route is still 405
+    absent = client.head(f"/v1/sessions/{'0' * 32}")
+    assert absent.status_code == 404 and absent.content == b""
+    assert client.head(f"/v1/sessions/{sid}/preconditions").status_code == 405
