@@ -7,6 +7,11 @@ it ran during the GET the agent sends at once (on this 2-core machine the GET's 
 waited for the GIL and the CPU: warm GET ~9.5 ms instead of ~7.0). After: it waits until
 no request has been in flight for the settle time, so it runs after that GET, and the
 manifest of a later GET reports the count.
+
+Fault kinds from peers' threads: CPU work of a background task in the serving process
+slowing the requests beside it (grpc/grpc#8800; django-background-tasks#290); a lower OS
+priority for such work (uhh-lt/dats#472) was tried here and dropped: a preempted niced
+thread that holds the GIL stalls the request threads too.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """``ctxd serve``'s worker freezes its start-up objects out of the collected generations
 once the tokenizer is loaded (app/main.py ``served_app``: no later full collection scans
 ~190k start-up objects, which took ~120-280 ms in the middle of a request); an app built
-by ``create_app`` for another host (tests, an embedding application) freezes nothing."""
+by ``create_app`` for another host (tests, an embedding application) freezes nothing.
+
+Peers' threads: gen2 collections over the start-up heap stalling a Python server for
+100-400 ms (sgl-project/sglang#9241 and #30693, LMCache/LMCache#4245)."""
 
 from __future__ import annotations
 
