@@ -36,3 +36,15 @@ def test_head_of_the_request_route_stores_nothing(client: TestClient) -> None:
     head = client.head(f"/v1/sessions/{sid}/request")
     assert head.status_code == 405 and head.headers["allow"] == "GET" and head.content == b""
     assert client.get(f"/v1/sessions/{sid}/manifests").json()["manifests"] == before
+
+
+def test_get_request_says_where_its_time_went(client: TestClient) -> None:
+    """``Server-Timing`` (W3C) on GET /request: the load, plan and save steps in ms, what
+    ``ctxd bench`` prints per band, for telling the planner's time from the HTTP path's."""
+    import re
+
+    sid = new_session(client)
+    r = client.get(f"/v1/sessions/{sid}/request")
+    assert r.status_code == 200
+    steps = dict(re.findall(r"(\w+);dur=([0-9.]+)", r.headers["server-timing"]))
+    assert list(steps) == ["load", "plan", "save"] and all(float(v) > 0 for v in steps.values())
