@@ -382,6 +382,7 @@ class CallRecord:
     elided: int
     extends_previous: bool = False  # manifest cache.extends_previous
     io: dict[str, int] | None = None  # statements, wal_bytes, db_growth_bytes (Harness.timed_get)
+    phases: dict[str, float] | None = None  # seconds per step of the GET: load, plan, save (AssembledRequest.timings)
 
 
 def _body_digest(body: dict[str, Any]) -> str:
@@ -396,7 +397,8 @@ def _record(step: Any, seconds: float, out: Any, io: dict[str, int] | None = Non
     m = out.manifest
     return CallRecord(call=step.index, tokens=m.tokens.total, by_zone=dict(m.tokens.by_zone),
                       seconds=seconds, body_sha256=_body_digest(out.request), elided=len(m.elided),
-                      extends_previous=m.cache.extends_previous, io=io)
+                      extends_previous=m.cache.extends_previous, io=io,
+                      phases=dict(getattr(out, "timings", None) or {}) or None)
 
 
 def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | None = None,
@@ -710,6 +712,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
     for label, lo, hi in BANDS:
         bands.append({"band": label, "min_tokens": lo, "max_tokens": hi,
                       **_group(samples, in_band(lo, hi))})
+    phases = _phase_figures(per_mode["warm"])
     targets = []
     for label, lo, hi, metric, bound in TARGETS:
         g = _group(samples, in_band(lo, hi))
@@ -734,6 +737,7 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
         "all": _group(samples, lambda s: True),
         "targets": targets,
         "io": io_figures,
+        "phases": phases,
         "posts": _posts_along(post_runs),
         "checks": {"requests_differing_from_warm": mismatched, "template_count_mismatches": len(template_mismatch),
                    "naive_template_calls": getattr(meters["naive"], "template_calls", None)},
@@ -902,6 +906,8 @@ def print_bench(result: dict[str, Any], *, file: TextIO | None = None) -> None:
                    _x(tg["naive_over_warm_p50"]), target,
                    "[green]yes[/]" if met else "[red]no[/]" if met is False else "n/a (no requests)")
     console.print(tt)
+    if result.get("phases"):
+        print_phases(result["phases"], console=console)
     if result.get("io"):
         print_io(result["io"], console=console)
     if result.get("posts"):
@@ -912,6 +918,44 @@ def print_bench(result: dict[str, Any], *, file: TextIO | None = None) -> None:
                   f"served-body apply_chat_template count != manifest total: {ch['template_count_mismatches']}; "
                   f"largest request {result['max_request_tokens']:,} tokens; "
                   f"requests with elided turns {result['requests_with_elision']}", highlight=False)
+
+
+PHASES = ("load", "plan", "save")
+
+
+def _phase_figures(runs: list[list[CallRecord]]) -> list[dict[str, Any]]:
+    """Where a warm GET's time goes, per target band (the targets' bands, then all): p50 ms
+    of each step (load, plan, save: ``AssembledRequest.timings``) and of the whole GET."""
+    import numpy as np
+
+    out = []
+    for label, lo, hi in [*((t[0], t[1], t[2]) for t in TARGETS), ("all", 0, None)]:
+        recs = [r for run in runs for r in run if r.phases and in_band(lo, hi)({"tokens": r.tokens})]
+        if not recs:
+            continue
+        row: dict[str, Any] = {"requests": label, "n": len(recs),
+                               "get_p50_ms": float(np.percentile([r.seconds for r in recs], 50)) * 1e3}
+        for phase in PHASES:
+            row[f"{phase}_p50_ms"] = float(np.percentile([(r.phases or {}).get(phase, 0.0) for r in recs], 50)) * 1e3
+        out.append(row)
+    return out
+
+
+def print_phases(phases: list[dict[str, Any]], *, console: Any) -> None:
+    """The table of :func:`_phase_figures`."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="where a warm GET's time goes (in process)", box=box.SIMPLE_HEAD,
+              caption="ms, p50 of each step over the band's warm GETs: load = the read (session, new events, "
+                      "previous request), plan = the pure plan (assembly, counting, body, manifest), save = the "
+                      "write; the steps' p50s need not add up to the GET's")
+    for c in ("requests", "n", "GET p50", "load p50", "plan p50", "save p50"):
+        t.add_column(c, justify="right")
+    for row in phases:
+        t.add_row(row["requests"], str(row["n"]), _ms(row["get_p50_ms"]),
+                  *(_ms(row[f"{p}_p50_ms"]) for p in PHASES))
+    console.print(t)
 
 
 def _kb(v: float | None) -> str:

@@ -519,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from app.settings import offline_environment
+
+    offline_environment()  # before any command imports transformers
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     try:

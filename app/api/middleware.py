@@ -98,13 +98,18 @@ class RequestContext:
             metrics.HTTP_LATENCY.labels(method, path).observe(time.perf_counter() - start)
 
 
+_GET_WRITES = re.compile(r"^/v1/sessions/[^/]+/request/?$")  # GETs that store what they serve
+
+
 class HeadAsGet:
     """HEAD answered as GET without the body (RFC 9110 section 9.3.2: a general-purpose
     server supports HEAD wherever it supports GET). FastAPI's routes accept only the
     methods they declare, so ``HEAD /healthz`` (uptime monitors), ``HEAD /ui`` and every
     other GET route answered 405. The request runs as a GET (auth, rate limits, metrics
     and logs as for a GET), its status and headers (``Content-Length`` included) are sent,
-    its body is not."""
+    its body is not. But for ``GET /v1/sessions/{id}/request``, which stores the manifest
+    of the request it serves: HEAD is a safe method, so there it stays 405 (``Allow:
+    GET``) instead of storing a manifest no one reads."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -112,6 +117,12 @@ class HeadAsGet:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "HEAD":
             await self.app(scope, receive, send)
+            return
+        if _GET_WRITES.match(str(scope.get("path", ""))):
+            await send({"type": "http.response.start", "status": 405,
+                        "headers": [(b"allow", b"GET"), (b"content-type", PROBLEM_JSON.encode()),
+                                    (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
             return
 
         async def headers_only(message: Message) -> None:

@@ -731,7 +731,7 @@ class PreconditionOut(BaseModel):
 class SessionSummary(BaseModel):
     id: str
     profile: str
-    model: str | None = Field(description="the session's own model for its bodies; null: the profile's")
+    model: str | None = Field(description="the `model` of the request bodies: the session's own, else the profile's")
     last_seq: int
     created_at: str
 

@@ -59,12 +59,12 @@ ZONE_NAMES = ("root", "trunk", "leaf")
 
 
 def sessions_page(factory: sessionmaker[OrmSession], principal: Principal, *, cursor: str | None = None,
-                  limit: int = 50) -> dict[str, Any]:
+                  limit: int = 50, profiles: ProfileRegistry | None = None) -> dict[str, Any]:
     """The tenant's sessions, newest first: ``{"sessions": [{id, profile, model, last_seq,
     created_at}], "next_cursor"}``. Raises InvalidParameter (422) for a cursor this service
     did not make."""
     with read_only(factory) as db:
-        return tenancy_service.list_sessions(db, principal, limit=limit, cursor=cursor)
+        return tenancy_service.list_sessions(db, principal, limit=limit, cursor=cursor, profiles=profiles)
 
 
 def divergence_text(divergence: Mapping[str, Any] | None) -> str | None:

@@ -14,6 +14,7 @@ from app.domain.errors import InvalidParameter, SessionNotFound
 from app.domain.text import split_lines
 from app.store import repository as repo
 from app.store import search as search_store
+from app.store.tables import iso_utc
 
 REPRESENTATIONS = ("summary", "full")
 #: Lines of a text a ``summary`` shows (the head; the handle reads the rest).
@@ -47,7 +48,7 @@ def _event_json(row: Any, payloads: dict[str, str], representation: str) -> dict
     if created is not None and created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
     out: dict[str, Any] = {"seq": int(row.seq), "event_id": row.event_id, "kind": row.kind,
-                           "created_at": created.isoformat() if created is not None else None}
+                           "created_at": iso_utc(created) if created is not None else None}
     if row.kind == "tool_result":
         text = payloads.get(repo.text_handle(body), "")
         if representation == "full":

@@ -32,7 +32,7 @@ from app.services.shell_inference import Inference, ShellStates
 from app.store import repository as repo
 from app.store import search as search_store
 from app.store.db import after_commit
-from app.store.tables import ArtifactRow, SessionRow, utcnow
+from app.store.tables import ArtifactRow, SessionRow, iso_utc, utcnow
 from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -109,7 +109,7 @@ def describe_session(db: OrmSession, session_id: str, profiles: ProfileRegistry)
     return {
         "id": row.id, "profile": row.profile, "model": session_model(row, profiles), "contract": row.contract, "system": row.system, "tools": row.tools,
         "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
-        "artifacts": artifacts, "created_at": row.created_at.isoformat(),
+        "artifacts": artifacts, "created_at": iso_utc(row.created_at),
         "parent": row.parent_id, "children": repo.child_ids(db, session_id),
     }
 

@@ -30,11 +30,14 @@ from app.domain.errors import (
     SessionNotFound,
     StorageQuotaExceeded,
     Unauthorized,
+    UnknownProfile,
 )
 from app.domain.tenancy import DEFAULT_TENANT, Principal
 from app.store import repository as repo
 from app.store import retention
 from app.store import tenancy as store
+from app.store.tables import iso_utc
+from app.tokenizers.profiles import ProfileRegistry
 
 KEY_PREFIX = "ctxd_"
 _KEY = re.compile(r"^ctxd_([0-9a-f]{12})_([0-9a-f]{64})$")
@@ -78,7 +81,7 @@ def revoke_key(db: OrmSession, key: str) -> bool:
 
 
 def list_keys(db: OrmSession) -> list[dict[str, Any]]:
-    return [{"key_id": k, "tenant": t, "created_at": c.isoformat(), "revoked_at": r.isoformat() if r else None}
+    return [{"key_id": k, "tenant": t, "created_at": iso_utc(c), "revoked_at": iso_utc(r) if r else None}
             for k, t, c, r in store.list_keys(db)]
 
 
@@ -151,15 +154,28 @@ def _position(cursor: str) -> tuple[datetime, str]:
                            loc=["query", "cursor"]) from None
 
 
-def list_sessions(db: OrmSession, principal: Principal, *, limit: int, cursor: str | None) -> dict[str, Any]:
+def _model(own: str | None, profile: str, profiles: ProfileRegistry | None) -> str | None:
+    if own or profiles is None:
+        return own
+    try:
+        return profiles.get(profile).model
+    except UnknownProfile:
+        return None
+
+
+def list_sessions(db: OrmSession, principal: Principal, *, limit: int, cursor: str | None,
+                  profiles: ProfileRegistry | None = None) -> dict[str, Any]:
     """The tenant's sessions, newest first, keyset-paged: ``{"sessions": [{id, profile, model,
-    last_seq, created_at}], "next_cursor"}`` (None on the last page). A cursor that is not
-    one this API made is InvalidParameter (422)."""
+    last_seq, created_at}], "next_cursor"}`` (None on the last page). ``model``: the ``model``
+    of the session's request bodies, its own else its profile's (from ``profiles``), as
+    ``GET /v1/sessions/{id}`` gives it. A cursor that is not one this API made is
+    InvalidParameter (422)."""
     rows = store.list_sessions(db, principal.tenant_id, limit=limit + 1,
                                before=_position(cursor) if cursor else None)
     page = rows[:limit]
-    return {"sessions": [{"id": r.id, "profile": r.profile, "model": r.model, "last_seq": r.last_seq,
-                          "created_at": r.created_at.isoformat()} for r in page],
+    return {"sessions": [{"id": r.id, "profile": r.profile,
+                          "model": _model(r.model, r.profile, profiles),
+                          "last_seq": r.last_seq, "created_at": iso_utc(r.created_at)} for r in page],
             "next_cursor": _cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None}
 
 

@@ -47,6 +47,7 @@ from app.store.tables import (
     PrefixStateRow,
     SessionRow,
     ToolCallRow,
+    iso_utc,
     utcnow,
 )
 
@@ -548,7 +549,7 @@ def list_manifests(db: OrmSession, session_id: str, *, limit: int, before_id: in
     if before_id is not None:
         query = query.where(ManifestRow.id < before_id)
     return [ManifestSummary(id=r.id, format=r.format, last_seq=r.last_seq, request_sha256=r.request_sha256,
-                            tokens_total=r.tokens_total, created_at=r.created_at.isoformat())
+                            tokens_total=r.tokens_total, created_at=iso_utc(r.created_at))
             for r in db.execute(query.order_by(ManifestRow.id.desc()).limit(limit))]
 
 

@@ -26,6 +26,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def iso_utc(value: datetime) -> str:
+    """A stored time as ISO 8601 with its UTC offset (``2026-12-01T17:00:00.011481+00:00``):
+    every time is stored in UTC, but SQLite hands it back without a zone, which the API
+    then printed zone-less on SQLite and with ``+00:00`` on PostgreSQL."""
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).isoformat()
+
+
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
     if TYPE_CHECKING:  # every row class here maps a Table (SQLAlchemy types it as any FromClause)

@@ -480,3 +480,14 @@ def test_other_tenants_child_is_not_shown(keyed: TestClient) -> None:
     assert login(client, key_a).status_code == 303
     assert f'href="/ui/sessions/{child}"' in client.get(f"/ui/sessions/{parent}").text
     client.cookies.clear()
+
+
+def test_a_nul_in_an_event_text_is_shown_as_the_replacement_character(client: TestClient) -> None:
+    """Event texts may hold a NUL (accepted, stored, served); HTML has none, so a page that
+    carried it raw was a parse error and grep took it for binary (found by a fresh-user
+    check). The page shows U+FFFD instead."""
+    sid = client.post("/v1/sessions", json=SESSION).json()["id"]
+    assert client.post(f"/v1/sessions/{sid}/events",
+                       json={"events": [{"kind": "step", "event_id": "s1", "text": "a\u0000b"}]}).status_code == 200
+    page = client.get(f"/ui/sessions/{sid}")
+    assert page.status_code == 200 and "\x00" not in page.text and "a\ufffdb" in page.text

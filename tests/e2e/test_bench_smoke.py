@@ -40,9 +40,14 @@ def test_bench_runs_and_modes_agree(tmp_path: Path, capsys: pytest.CaptureFixtur
     posts = bench["posts"]
     assert sum(q["posts"] for q in posts["quarters"]) == posts["posts_per_replay"] > 0
     assert posts["quarters"][-1]["to_event"] > posts["quarters"][0]["to_event"]
+    phases = {row["requests"]: row for row in bench["phases"]}
+    assert phases["all"]["n"] == n
+    assert all(phases["all"][f"{p}_p50_ms"] > 0 for p in ("load", "plan", "save"))
+    assert phases["all"]["plan_p50_ms"] < phases["all"]["get_p50_ms"], "a step takes part of the GET"
     printed = capsys.readouterr().out
     assert "naive/warm" in printed and "targets (reported, not asserted)" in printed
     assert "writes per GET (warm)" in printed and "POST latency along the replayed session" in printed
+    assert "where a warm GET's time goes (in process)" in printed
 
 
 def test_bench_http_against_ctxd_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,13 +24,14 @@ OCTETS: dict[int | str, dict[str, Any]] = {200: {"content": {"application/octet-
 
 
 @router.get("/sessions", response_model=SessionList, responses=documented())
-def list_sessions(db: Db, caller: Caller,
+def list_sessions(db: Db, caller: Caller, profiles: Profiles,
                   limit: Annotated[int, Query(ge=1, le=500, description="sessions per page")] = 50,
                   cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")]
                   = None) -> SessionList:
     """The caller's tenant's sessions, newest first, keyset-paged (``next_cursor``)."""
     with read_only(db.read) as conn:
-        return SessionList(**tenancy_service.list_sessions(conn, caller, limit=limit, cursor=cursor))
+        return SessionList(**tenancy_service.list_sessions(conn, caller, limit=limit, cursor=cursor,
+                                                           profiles=profiles))
 
 
 @router.delete("/sessions/{session_id}", response_model=SessionDeleted, responses=documented(404, 409))

@@ -57,8 +57,14 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'
 HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
            "Referrer-Policy": "same-origin", "X-Frame-Options": "DENY"}
 
+def _no_nul(value: Any) -> Any:
+    """A value as a page shows it: a NUL (accepted in event texts) as U+FFFD, since HTML has
+    no NUL character (a parse error; tools then take the page for binary)."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                          trim_blocks=True, lstrip_blocks=True)
+                          trim_blocks=True, lstrip_blocks=True, finalize=_no_nul)
 templates = Jinja2Templates(env=_env)
 BAR_WIDTH = 360  # pixels of a call's occupancy bar at the largest input_limit shown
 
@@ -191,7 +197,7 @@ def sessions(request: Request, db: Db,
     if principal is None:
         return _to_login(request)
     try:
-        page = inspector.sessions_page(db.read, principal, cursor=cursor)
+        page = inspector.sessions_page(db.read, principal, cursor=cursor, profiles=request.app.state.profiles)
     except DomainError as exc:
         return _error(request, exc, principal)
     return _page(request, "sessions.html", {"page": page, "principal": principal, "keys": _keys_required(request)})

@@ -190,7 +190,9 @@ def get_request(session_id: str, db: Db, memo: Memo, profiles: Profiles, meters:
     while it is in flight, at most ``CTXD_SUMMARIZER_WAIT_SECONDS``."""
     out = request_service.assemble_request(db.write, profiles, meters, session_id, fmt=format, memo=memo,
                                            read_factory=db.read, pass_due=due, candidates=candidates, wait=wait)
-    return Response(content=out.response_bytes(), media_type=JSON_BYTES)
+    # the GET's steps (load, plan, save) in ms, for latency work (W3C Server Timing)
+    return Response(content=out.response_bytes(), media_type=JSON_BYTES,
+                    headers={"Server-Timing": out.server_timing()})
 
 
 @router.get("/sessions/{session_id}/record", responses=documented(404))
