@@ -13,8 +13,12 @@ every model call ``GET /v1/sessions/{id}/request?format=openai``.
   request, until the whole response body is read; JSON decoding is not timed) of that GET, the first one after the POST
   of one model call's events, with the server's caches as a running server has them.
 * **naive**: one ``apply_chat_template(messages, tools=..., add_generation_prompt=True,
-  tokenize=True)`` of the served body with the profile's tokenizer, in the bench process
-  (the server is idle meanwhile); its count is checked equal to the manifest's total.
+  tokenize=True)`` of the served body with the profile's tokenizer, in the bench process,
+  timed :data:`NAIVE_AFTER` seconds after its GET (as an agent's model call follows it), so
+  the server is idle meanwhile: it counts the POST's new tool outputs once it has had no
+  request in flight for a few ms (app/services/payload_counts.py), which would otherwise
+  run during the naive timing and slow it (both share the machine's cores); its count is
+  checked equal to the manifest's total.
 * **POST**: the client's wall time of every ``POST .../events``, reported along the session
   (quarters of the replay's POSTs) so a cost growing with the session shows.
 
@@ -87,6 +91,9 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
                     raise BenchError("ctxd serve did not stop within 30 s of SIGTERM")
 
 
+#: Seconds between a GET and the naive count of its body: more than the server's payload
+#: count waits for (5 ms without a request) and takes (~2 ms for a small output).
+NAIVE_AFTER = 0.02
 RAISED_T_LO = 0.6  # t_lo as a share of input_limit under --raise-watermarks
 
 
@@ -157,6 +164,7 @@ def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = No
             record = {"call": step.index, "tokens": int(out["manifest"]["tokens"]["total"]), "http_s": seconds,
                       "response_bytes": len(r.content), "naive_s": None, "naive_tokens": None}
             if naive is not None:
+                time.sleep(NAIVE_AFTER)  # the server's work after the GET is done (module docstring)
                 record["naive_s"], record["naive_tokens"] = naive(out["request"])
             gets.append(record)
             if advance is not None:

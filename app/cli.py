@@ -87,7 +87,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     try:
         uvicorn.run(
-            "app.main:create_app",
+            "app.main:served_app",
             factory=True,
             host=args.host,
             port=args.port,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -25,11 +26,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("ctxd")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the ASGI app. ``settings`` defaults to the environment (prefix CTXD_)."""
+def served_app() -> FastAPI:
+    """The app ``ctxd serve`` runs in each worker process (uvicorn's factory): :func:`create_app`
+    with ``freeze_gc``."""
+    return create_app(freeze_gc=True)
+
+
+def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> FastAPI:
+    """Build the ASGI app. ``settings`` defaults to the environment (prefix CTXD_).
+
+    ``freeze_gc`` (a server process of its own: ``ctxd serve``): once the default profile's
+    tokenizer is loaded, the objects made so far (modules, the app, the tokenizer: ~190k)
+    are collected once and moved to the garbage collector's permanent generation
+    (``gc.freeze()``), so no later full collection scans them: one took ~120-280 ms of the
+    worker, in the middle of a request, a few times per replay of a session of 176 model
+    calls (a stall of every request then in flight). Not for an app embedded in another
+    process (its host's objects would be frozen too)."""
     offline_environment()
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    from app.services.payload_counts import Activity
+
+    activity = Activity()  # requests in flight (RequestContext): the payload counts wait for idle
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -96,6 +114,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.summarizer_http = httpx.Client()
 
         app.state.tokenizer_error = None  # "<exception class>: <message>" when the load failed (/readyz)
+        from app.services.payload_counts import counter_for
+
+        # new tool outputs' token counts, after their POST, when this worker is idle
+        app.state.activity = activity
+        app.state.payload_counter = counter_for(app.state, activity)
 
         def warm() -> None:
             try:
@@ -105,6 +128,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 app.state.tokenizer_error = f"{type(exc).__name__}: {exc}"
                 log.exception("could not load the default profile's tokenizer")
             finally:
+                if freeze_gc:  # before /readyz says ready: the start-up objects leave the collected generations
+                    gc.collect()
+                    gc.freeze()
                 app.state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
@@ -131,6 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:  # after uvicorn let the in-flight requests finish (--graceful-timeout)
             stop_pruning.set()
+            app.state.payload_counter.close()  # counts what is still queued
             if app.state.summarizer_http is not None:
                 app.state.summarizer_http.close()
             close = getattr(token_cache, "close", None)
@@ -172,7 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    app.add_middleware(RequestContext)  # HTTP metrics, unexpected errors as a logged 500
+    app.add_middleware(RequestContext, activity=activity)  # HTTP metrics, unexpected errors as a logged 500
     from asgi_correlation_id import CorrelationIdMiddleware
 
     from app.api.middleware import HEADER, new_request_id, sane_request_id

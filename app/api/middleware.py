@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import PROBLEM_JSON, problem_body, unavailable_problem
 from app.observability import metrics
+from app.services.payload_counts import Activity
 
 log = logging.getLogger("ctxd")
 
@@ -45,10 +46,13 @@ class RequestContext:
     template (:func:`route_label`), and turns any exception that reaches it into a logged
     500 problem+json (with the request id: the correlation middleware runs outside), but a
     database outage (a connection refused or lost: app/api/problems.py
-    ``database_unavailable``), which is a 503 with ``Retry-After``."""
+    ``database_unavailable``), which is a 503 with ``Retry-After``. ``activity`` (when given)
+    holds the request in flight until its response's last byte is sent (the payload counts
+    wait for an idle worker: app/services/payload_counts.py)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, activity: Activity | None = None) -> None:
         self.app = app
+        self.activity = activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,13 +61,21 @@ class RequestContext:
         start = time.perf_counter()
         status = 500
         started = False
+        activity = self.activity
+        if activity is not None:
+            activity.begin()
+        in_flight = activity is not None
 
         async def send_status(message: Message) -> None:
-            nonlocal status, started
-            if message["type"] == "http.response.start":
+            nonlocal status, started, in_flight
+            kind = message["type"]
+            if kind == "http.response.start":
                 started = True
                 status = int(message["status"])
             await send(message)
+            if in_flight and activity is not None and kind == "http.response.body" and not message.get("more_body"):
+                in_flight = False
+                activity.end()
 
         try:
             await self.app(scope, receive, send_status)
@@ -77,6 +89,9 @@ class RequestContext:
                 else:
                     await _send_problem(send_status, scope)
         finally:
+            if in_flight and activity is not None:
+                in_flight = False
+                activity.end()
             path = route_label(scope)
             method = str(scope.get("method", ""))
             metrics.HTTP_REQUESTS.labels(method, path, str(status)).inc()

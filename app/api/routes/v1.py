@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from functools import partial
 from typing import Annotated, Any, Literal
 
@@ -116,9 +118,9 @@ def _ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: P
         tenancy_service.check_storage_quota(db, caller.tenant_id, request.app.state.settings.storage_quota_bytes)
     handles = sorted(set(out.pop("new_tool_outputs")))
     created = any(r["status"] == "created" for r in out[results])
-    if handles:
-        background.add_task(_count_tokens, uow, profiles, meters, memo, session_id, handles)
     state = request.app.state
+    # queued now, counted once this worker is idle (app/services/payload_counts.py)
+    counted = state.payload_counter.submit(session_id, handles) if handles else None
     if state.summarizer is not None and created and state.summary_jobs.start(session_id):
         # the optional model-written record of the pass the next GET would run: after the
         # response, never inside a GET (issue 10 item 6)
@@ -127,6 +129,8 @@ def _ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: P
                                     memo=memo, read_factory=state.read_factory),
                             state.summarizer_http, state.summarizer, state.summaries, session_id, state.summary_jobs,
                             registered=True)
+    if counted is not None:  # last: the summarizer's task above does not wait for the count
+        background.add_task(_counted, counted)
     return out
 
 
@@ -152,13 +156,11 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
                                                           redact=settings.redact_secrets, shell_states=shell_states)))
 
 
-def _count_tokens(uow: Uow, profiles: Profiles, meters: Meters, memo: AssemblyMemo, session_id: str,
-                  handles: list[str]) -> None:
-    try:
-        tokenizer_id, counts = session_service.count_payload_tokens(uow, profiles, meters, session_id, handles)
-        request_service.remember_payload_tokens(memo, session_id, tokenizer_id, counts)
-    except Exception:  # an optimisation: never fails anything; GETs report the count as unknown
-        log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
+async def _counted(done: Future[None]) -> None:
+    """The POST's last work after its response: await its outputs' count on the event loop
+    (no thread held), so an in-process client (TestClient, which returns once background
+    tasks are done) finds it stored."""
+    await asyncio.wrap_future(done)
 
 
 @router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=documented(400, 404, 409, 413))
