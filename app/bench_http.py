@@ -162,7 +162,8 @@ def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = No
             seconds = time.perf_counter() - t0
             out = check(r)
             record = {"call": step.index, "tokens": int(out["manifest"]["tokens"]["total"]), "http_s": seconds,
-                      "response_bytes": len(r.content), "naive_s": None, "naive_tokens": None}
+                      "response_bytes": len(r.content), "naive_s": None, "naive_tokens": None,
+                      "server_ms": server_timing(r.headers.get("server-timing", ""))}
             if naive is not None:
                 time.sleep(NAIVE_AFTER)  # the server's work after the GET is done (module docstring)
                 record["naive_s"], record["naive_tokens"] = naive(out["request"])
@@ -252,12 +253,14 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
                         "met": None if ratio is None else ratio >= factor})
     post_quarters = _posts_along(post_runs)
     mismatches = sum(1 for run in runs for g in run if g["naive_tokens"] != g["tokens"])
+    steps = _steps_over_http([g for run in runs for g in run])
     return {
         "trace": str(path), "instance_id": traj.instance_id, "profile": profile, "watermarks": marks, "url": url,
         "repeat": repeat,
         "calls_per_replay": len(runs[0]), "max_request_tokens": max((g["tokens"] for g in runs[0]), default=0),
         "bands": bands, "all": _group_modes(samples, modes, lambda s: True), "targets": targets, "posts": post_quarters,
         "checks": {"naive_count_mismatches": mismatches},
+        "steps": steps,
         "calls": [{"call": g["call"], "tokens": g["tokens"], "http_ms": [r[i]["http_s"] * 1e3 for r in runs],
                    "naive_ms": [r[i]["naive_s"] * 1e3 for r in runs], "response_bytes": g["response_bytes"]}
                   for i, g in enumerate(runs[0])],
@@ -266,8 +269,39 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
                     "(httpx, keep-alive, until the response body is read; JSON decoding not timed)",
             "naive": "one apply_chat_template(tokenize=True) of the served body, profile's tokenizer, bench process",
             "posts": "client wall time of POST /events; quarters of the replay's POSTs in order",
+            "steps": "the server's own steps of each GET (its Server-Timing header: load, plan, save) and the rest "
+                     "of the client's wall time (HTTP, the server's framework, the client), p50 per band",
         },
     }
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """The ``name;dur=ms`` entries of a ``Server-Timing`` header (W3C), ms by name."""
+    import re
+
+    return {name: float(ms) for name, ms in re.findall(r"([\w-]+);dur=([0-9.]+)", header)}
+
+
+def _steps_over_http(gets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per target band and over all GETs: p50 ms of the server's load, plan and save
+    (Server-Timing), and of the rest of the client's wall time (``outside``)."""
+    import numpy as np
+
+    from app.bench import PHASES, in_band
+
+    out = []
+    for label, lo, hi in [*((t[0], t[1], t[2]) for t in HTTP_TARGETS), ("all", 0, None)]:
+        rows = [g for g in gets if g.get("server_ms") and in_band(lo, hi)({"tokens": g["tokens"]})]
+        if not rows:
+            continue
+        row: dict[str, Any] = {"requests": label, "n": len(rows),
+                               "http_p50_ms": float(np.percentile([g["http_s"] for g in rows], 50)) * 1e3}
+        for step in PHASES:
+            row[f"{step}_p50_ms"] = float(np.percentile([g["server_ms"].get(step, 0.0) for g in rows], 50))
+        row["outside_p50_ms"] = float(np.percentile(
+            [g["http_s"] * 1e3 - sum(g["server_ms"].get(s, 0.0) for s in PHASES) for g in rows], 50))
+        out.append(row)
+    return out
 
 
 def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
@@ -297,6 +331,17 @@ def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
                       f"{tg['metric']} = {_x(tg['value'])} (warm {_ms(tg['http_p50_ms'])} ms, naive "
                       f"{_ms(tg['naive_p50_ms'])} ms), required >= {tg['required']:.0f}x -> "
                       f"{'met' if met else 'missed' if met is False else 'n/a (no requests)'}", highlight=False)
+    if result.get("steps"):
+        st = Table(title="where a warm GET's time goes over HTTP", box=box.SIMPLE_HEAD,
+                   caption="ms, p50 over the band's GETs: load, plan, save = the server's steps (its Server-Timing "
+                           "header); outside = the client's wall time less those (HTTP, the server's framework, the "
+                           "client)")
+        for c in ("requests", "n", "GET p50", "load p50", "plan p50", "save p50", "outside p50"):
+            st.add_column(c, justify="right")
+        for row in result["steps"]:
+            st.add_row(row["requests"], str(row["n"]), _ms(row["http_p50_ms"]), _ms(row["load_p50_ms"]),
+                       _ms(row["plan_p50_ms"]), _ms(row["save_p50_ms"]), _ms(row["outside_p50_ms"]))
+        console.print(st)
     print_posts(result["posts"], title="POST /events over HTTP along the session", console=console)
     console.print(f"checks: naive count != manifest total: {result['checks']['naive_count_mismatches']}; "
                   f"largest request {result['max_request_tokens']:,} tokens", highlight=False)

@@ -69,7 +69,11 @@ def test_bench_http_against_ctxd_serve(tmp_path: Path, capsys: pytest.CaptureFix
     assert all(c["http_ms"][0] > 0 and c["naive_ms"][0] > 0 and c["response_bytes"] > 0 for c in http["calls"])
     assert [t["requests"] for t in http["targets"]] == ["20k-28k"] and http["targets"][0]["required"] == 10.0
     assert http["posts"]["posts_per_replay"] > 0
+    steps = {row["requests"]: row for row in http["steps"]}  # from each GET's Server-Timing header
+    assert steps["all"]["n"] == n and all(steps["all"][f"{s}_p50_ms"] > 0 for s in ("load", "plan", "save"))
+    assert steps["all"]["plan_p50_ms"] < steps["all"]["http_p50_ms"]
     printed = capsys.readouterr().out
+    assert "where a warm GET's time goes over HTTP" in printed
     assert "GET over HTTP" in printed and "POST /events over HTTP along the session" in printed
 
 
