@@ -21,7 +21,7 @@ from typing import Any
 from app.domain.budget import Budget, check_pinned, split_share
 from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record, pinned_group
 from app.domain.compaction.forecast import GROWTH_WINDOW, PassForecast, forecast_pass, recent_growth
-from app.domain.compaction.record import ProgressRecord
+from app.domain.compaction.record import ProgressRecord, longest
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget
 from app.domain.framing import frame, revision_attribute
@@ -1192,16 +1192,9 @@ def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
     """The length of the longest common prefix of two lists (elements compared as list ==
     does: by identity first), found with C-level slice compares."""
     n = min(len(new), len(old))
-    if new[:n] == old[:n]:
+    if new[:n] == old[:n]:  # the usual case: one compare
         return n
-    lo, hi = 0, n - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if new[:mid] == old[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return longest(n - 1, lambda k: new[:k] == old[:k])
 
 
 def _touched_groups(plan: InvalidationPlan, firsts: Sequence[int],

@@ -53,7 +53,7 @@ from app.domain.types import (
 )
 
 __all__ = ["ArtifactIdentity", "FoldedEntry", "Note", "Observation", "ProgressRecord", "build_record",
-           "call_text", "render_record"]
+           "call_text", "longest", "render_record"]
 
 COMMAND_CHARS: Final = 160  # characters of a command an entry shows (cut with a marker beyond)
 RECORD_VERSION: Final = 1
@@ -386,7 +386,7 @@ def _index_payload(groups: Sequence[TurnGroup]) -> bytes:
 PLAN_SHARE: Final = 2
 
 
-def _longest(n: int, fits: Callable[[int], bool]) -> int:
+def longest(n: int, fits: Callable[[int], bool]) -> int:
     """The largest k in 0..n with ``fits(k)`` (``fits`` true for 0 and monotone)."""
     lo, hi = 0, n
     while lo < hi:
@@ -414,9 +414,9 @@ def fit_plan(text: str, handle: str, limit_tokens: int, count: Callable[[str], i
 
     lines = text.split("\n")
     room = max(0, limit_tokens - count(marker(len(lines), len(text.encode()))) - 2)  # the marker and its newlines
-    head = _longest(len(lines), lambda k: count("\n".join(lines[:k])) <= room * 2 // 3)
+    head = longest(len(lines), lambda k: count("\n".join(lines[:k])) <= room * 2 // 3)
     rest = lines[head:]
-    tail = _longest(len(rest), lambda k: k == 0 or count("\n".join(rest[len(rest) - k:])) <= room // 3)
+    tail = longest(len(rest), lambda k: k == 0 or count("\n".join(rest[len(rest) - k:])) <= room // 3)
     cut = rest[:len(rest) - tail]
     return "\n".join([*lines[:head], marker(len(cut), len("\n".join(cut).encode())), *rest[len(rest) - tail:]])
 
@@ -480,7 +480,7 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
 
     # the names index takes at most a quarter of the budget, newest names first
     candidates = names_of(folded_groups)
-    kept_names = _longest(len(candidates), lambda k: count(", ".join(candidates[:k])) <= budget_tokens // 4)
+    kept_names = longest(len(candidates), lambda k: count(", ".join(candidates[:k])) <= budget_tokens // 4)
     base = _replace(base, names=candidates[:kept_names])
 
     def with_collapsed(m: int) -> ProgressRecord:
