@@ -147,16 +147,15 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
 
     ``states``: ``graph.observation_states()`` when the caller has them (the request path
     keeps them from GET to GET, app/domain/assembly.py ``cached_states``). ``memo``: a
-    mapping kept across calls (the session's), where each tombstone's text is kept with
-    the node and state object it was written for.
+    mapping kept across calls (the session's), where each observation's last choice is
+    kept: a choice equal to it is that same object, and a tombstone for the same state
+    object takes its text instead of writing it again.
 
     Raises ValueError for an unknown ``mode``."""
     if mode not in MODES:
         raise ValueError(f"unknown invalidation mode {mode!r}; one of {', '.join(MODES)}")
     if states is None:
         states = graph.observation_states()
-    texts: dict[int, tuple[ObservationNode, ItemState, str]] = memo.setdefault("tombstone texts", {}) \
-        if memo is not None else {}
     made: dict[int, Choice] = memo.setdefault("invalidation choices", {}) if memo is not None else {}
 
     def chosen(seq: int, name: ChoiceName, state: ItemState, key: int, text: str | None = None) -> Choice:
@@ -196,13 +195,10 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
         if choice == "deferred":
             still.add(key)
         text = None
-        if choice == "tombstone":
-            held = texts.get(seq)
-            if held is not None and held[0] is node and held[1] is state:
-                text = held[2]
-            else:
-                text = tombstone_text(node, state)
-                texts[seq] = (node, state, text)
+        if choice == "tombstone":  # the text is a function of the observation and its state
+            last = made.get(seq)
+            text = last.text if last is not None and last.state is state and last.text is not None \
+                else tombstone_text(node, state)
         choices[seq] = chosen(seq, choice, state, key, text)
         if choice != "tombstone":
             for s in state.superseded:  # one notice per change (its first superseding write)
