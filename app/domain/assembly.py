@@ -47,7 +47,7 @@ from app.domain.manifest import (
     Transform,
     WriteRef,
 )
-from app.domain.notes import NOTE_CHARS, bounded_note, note_items
+from app.domain.notes import NOTE_CHARS, bounded_note, elided_note, note_items
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.redaction import redaction_transform
 from app.domain.scratchpad import Documents, current_documents, document_text, leaf_message
@@ -1562,14 +1562,13 @@ def assemble_window(
     if step is not None:
         last_message = conversation.leaf[-1] if conversation.leaf else None
         broken = last_message.neutralised if last_message is not None and last_message.seq == step.seq else 0
-        cut = len(step.text) > NOTE_CHARS  # shown as head + tail (bounded_note)
+        cut = elided_note(step.text)  # shown as head + tail (bounded_note)
         items.append(Item(seq=step.seq, event_id=step.event_id, kind="step", zone="leaf",
                           representation=Representation.HEAD_TAIL if cut else Representation.VERBATIM,
                           why="the next bounded step, last in the leaf" + (
                               f" (over {NOTE_CHARS:,} characters: head + tail)" if cut else ""),
                           tokens_known=False if cut else None,  # its elided tokens are not counted
-                          elided_bytes=len(step.text[2 * NOTE_CHARS // 3:len(step.text) - (NOTE_CHARS - 2 * NOTE_CHARS // 3)]
-                                           .encode("utf-8", "surrogatepass")) if cut else None,
+                          elided_bytes=len(step.text[cut].encode("utf-8", "surrogatepass")) if cut else None,
                           transforms=(neutralise_transform(broken),) if broken else ()))
     for earlier in grouping.steps:
         if earlier is not step and earlier.seq >= boundary:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from app.domain.types import Event, HypothesisEvent, ObligationEvent
 
-__all__ = ["NOTE_CHARS", "Notes", "bounded_note", "current_notes", "note_items"]
+__all__ = ["NOTE_CHARS", "Notes", "bounded_note", "current_notes", "elided_note", "note_items"]
 
 #: characters of a step, hypothesis or obligation text a request shows (about 1,000 tokens):
 #: a longer one is shown as its first two thirds and last third around a marker
@@ -41,13 +41,22 @@ def bounded_note(text: str, seq: int, kind: str, limit: int = NOTE_CHARS) -> str
     record), so one of ~200 kB made every GET of its session a 422 until the agent replaced
     it (the fault kind of an oversized message kept in the history and refused on every
     later turn, as for user messages: app/domain/assembly.py ``bound_user_message``)."""
-    if len(text) <= limit:
+    elided = elided_note(text, limit)
+    if elided is None:
         return text
+    return (f"{text[:elided.start]}\n[... {len(text) - limit:,} characters of this {kind} elided by ctxd; the whole "
+            f"text is event seq {seq} of the session's event log: GET /v1/sessions/<session>/events?"
+            f"after_seq={seq - 1}&limit=1&representation=full ...]\n{text[elided.stop:]}")
+
+
+def elided_note(text: str, limit: int = NOTE_CHARS) -> slice | None:
+    """The characters of ``text`` that :func:`bounded_note` leaves out (a slice: all but
+    the first ``2 * limit // 3`` and the last ``limit - 2 * limit // 3``), or None when it
+    shows the text whole."""
+    if len(text) <= limit:
+        return None
     head = 2 * limit // 3
-    tail = limit - head
-    return (f"{text[:head]}\n[... {len(text) - limit:,} characters of this {kind} elided by ctxd; the whole text is "
-            f"event seq {seq} of the session's event log: GET /v1/sessions/<session>/events?after_seq={seq - 1}"
-            f"&limit=1&representation=full ...]\n{text[-tail:]}")
+    return slice(head, len(text) - (limit - head))
 
 
 @dataclass(frozen=True)
