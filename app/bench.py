@@ -82,7 +82,7 @@ import json
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -923,39 +923,54 @@ def print_bench(result: dict[str, Any], *, file: TextIO | None = None) -> None:
 PHASES = ("load", "plan", "save")
 
 
-def _phase_figures(runs: list[list[CallRecord]]) -> list[dict[str, Any]]:
-    """Where a warm GET's time goes, per target band (the targets' bands, then all): p50 ms
-    of each step (load, plan, save: ``AssembledRequest.timings``) and of the whole GET."""
+def step_figures(gets: Sequence[tuple[int, float, Mapping[str, float]]], bands: Sequence[tuple[str, int, int | None]],
+                 steps: Sequence[str], *, total: str = "get") -> list[dict[str, Any]]:
+    """Where the GETs' time goes, per band (``bands``: (label, min tokens, max tokens), then
+    all): ``gets`` are (request tokens, the GET's ms, ms by step); each row gives the p50 ms
+    of the GET (``<total>_p50_ms``) and of each of ``steps`` (``<step>_p50_ms``)."""
     import numpy as np
 
     out = []
-    for label, lo, hi in [*((t[0], t[1], t[2]) for t in TARGETS), ("all", 0, None)]:
-        recs = [r for run in runs for r in run if r.phases and in_band(lo, hi)({"tokens": r.tokens})]
-        if not recs:
+    for label, lo, hi in [*bands, ("all", 0, None)]:
+        rows = [g for g in gets if in_band(lo, hi)({"tokens": g[0]})]
+        if not rows:
             continue
-        row: dict[str, Any] = {"requests": label, "n": len(recs),
-                               "get_p50_ms": float(np.percentile([r.seconds for r in recs], 50)) * 1e3}
-        for phase in PHASES:
-            row[f"{phase}_p50_ms"] = float(np.percentile([(r.phases or {}).get(phase, 0.0) for r in recs], 50)) * 1e3
+        row: dict[str, Any] = {"requests": label, "n": len(rows),
+                               f"{total}_p50_ms": float(np.percentile([g[1] for g in rows], 50))}
+        for step in steps:
+            row[f"{step}_p50_ms"] = float(np.percentile([g[2].get(step, 0.0) for g in rows], 50))
         out.append(row)
     return out
 
 
-def print_phases(phases: list[dict[str, Any]], *, console: Any) -> None:
-    """The table of :func:`_phase_figures`."""
+def print_steps(rows: list[dict[str, Any]], steps: Sequence[str], *, title: str, caption: str, console: Any,
+                total: str = "get") -> None:
+    """The table of :func:`step_figures`."""
     from rich import box
     from rich.table import Table
 
-    t = Table(title="where a warm GET's time goes (in process)", box=box.SIMPLE_HEAD,
-              caption="ms, p50 of each step over the band's warm GETs: load = the read (session, new events, "
-                      "previous request), plan = the pure plan (assembly, counting, body, manifest), save = the "
-                      "write; the steps' p50s need not add up to the GET's")
-    for c in ("requests", "n", "GET p50", "load p50", "plan p50", "save p50"):
+    t = Table(title=title, box=box.SIMPLE_HEAD, caption=caption)
+    for c in ("requests", "n", "GET p50", *(f"{s} p50" for s in steps)):
         t.add_column(c, justify="right")
-    for row in phases:
-        t.add_row(row["requests"], str(row["n"]), _ms(row["get_p50_ms"]),
-                  *(_ms(row[f"{p}_p50_ms"]) for p in PHASES))
+    for row in rows:
+        t.add_row(row["requests"], str(row["n"]), _ms(row[f"{total}_p50_ms"]), *(_ms(row[f"{s}_p50_ms"]) for s in steps))
     console.print(t)
+
+
+def _phase_figures(runs: list[list[CallRecord]]) -> list[dict[str, Any]]:
+    """Where a warm GET's time goes in process, per target band (:func:`step_figures` of its
+    steps load, plan, save: ``AssembledRequest.timings``)."""
+    gets = [(r.tokens, r.seconds * 1e3, {p: s * 1e3 for p, s in r.phases.items()}) for run in runs for r in run
+            if r.phases]
+    return step_figures(gets, [(t[0], t[1], t[2]) for t in TARGETS], PHASES)
+
+
+def print_phases(phases: list[dict[str, Any]], *, console: Any) -> None:
+    """The table of :func:`_phase_figures`."""
+    print_steps(phases, PHASES, title="where a warm GET's time goes (in process)", console=console,
+                caption="ms, p50 of each step over the band's warm GETs: load = the read (session, new events, "
+                        "previous request), plan = the pure plan (assembly, counting, body, manifest), save = the "
+                        "write; the steps' p50s need not add up to the GET's")
 
 
 def _kb(v: float | None) -> str:

@@ -283,25 +283,15 @@ def server_timing(header: str) -> dict[str, float]:
 
 
 def _steps_over_http(gets: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per target band and over all GETs: p50 ms of the server's load, plan and save
-    (Server-Timing), and of the rest of the client's wall time (``outside``)."""
-    import numpy as np
+    """Per target band and over all GETs (:func:`app.bench.step_figures`): p50 ms of the
+    server's load, plan and save (Server-Timing), and of the rest of the client's wall time
+    (``outside``)."""
+    from app.bench import PHASES, step_figures
 
-    from app.bench import PHASES, in_band
-
-    out = []
-    for label, lo, hi in [*((t[0], t[1], t[2]) for t in HTTP_TARGETS), ("all", 0, None)]:
-        rows = [g for g in gets if g.get("server_ms") and in_band(lo, hi)({"tokens": g["tokens"]})]
-        if not rows:
-            continue
-        row: dict[str, Any] = {"requests": label, "n": len(rows),
-                               "http_p50_ms": float(np.percentile([g["http_s"] for g in rows], 50)) * 1e3}
-        for step in PHASES:
-            row[f"{step}_p50_ms"] = float(np.percentile([g["server_ms"].get(step, 0.0) for g in rows], 50))
-        row["outside_p50_ms"] = float(np.percentile(
-            [g["http_s"] * 1e3 - sum(g["server_ms"].get(s, 0.0) for s in PHASES) for g in rows], 50))
-        out.append(row)
-    return out
+    timed = [(g["tokens"], g["http_s"] * 1e3, g["server_ms"]) for g in gets if g.get("server_ms")]
+    return step_figures([(tokens, ms, {**steps, "outside": ms - sum(steps.get(s, 0.0) for s in PHASES)})
+                         for tokens, ms, steps in timed],
+                        [(t[0], t[1], t[2]) for t in HTTP_TARGETS], (*PHASES, "outside"), total="http")
 
 
 def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
@@ -309,7 +299,7 @@ def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
     from rich import box
     from rich.table import Table
 
-    from app.bench import _console, _ms, _x, print_posts
+    from app.bench import PHASES, _console, _ms, _x, print_posts, print_steps
 
     console = _console(file)
     marks = result["watermarks"]
@@ -332,16 +322,11 @@ def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
                       f"{_ms(tg['naive_p50_ms'])} ms), required >= {tg['required']:.0f}x -> "
                       f"{'met' if met else 'missed' if met is False else 'n/a (no requests)'}", highlight=False)
     if result.get("steps"):
-        st = Table(title="where a warm GET's time goes over HTTP", box=box.SIMPLE_HEAD,
-                   caption="ms, p50 over the band's GETs: load, plan, save = the server's steps (its Server-Timing "
-                           "header); outside = the client's wall time less those (HTTP, the server's framework, the "
-                           "client)")
-        for c in ("requests", "n", "GET p50", "load p50", "plan p50", "save p50", "outside p50"):
-            st.add_column(c, justify="right")
-        for row in result["steps"]:
-            st.add_row(row["requests"], str(row["n"]), _ms(row["http_p50_ms"]), _ms(row["load_p50_ms"]),
-                       _ms(row["plan_p50_ms"]), _ms(row["save_p50_ms"]), _ms(row["outside_p50_ms"]))
-        console.print(st)
+        print_steps(result["steps"], (*PHASES, "outside"), title="where a warm GET's time goes over HTTP",
+                    total="http", console=console,
+                    caption="ms, p50 over the band's GETs: load, plan, save = the server's steps (its Server-Timing "
+                            "header); outside = the client's wall time less those (HTTP, the server's framework, the "
+                            "client)")
     print_posts(result["posts"], title="POST /events over HTTP along the session", console=console)
     console.print(f"checks: naive count != manifest total: {result['checks']['naive_count_mismatches']}; "
                   f"largest request {result['max_request_tokens']:,} tokens", highlight=False)
