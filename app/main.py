@@ -202,14 +202,12 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     app.add_middleware(RequestContext, activity=activity)  # HTTP metrics, unexpected errors as a logged 500
     from asgi_correlation_id import CorrelationIdMiddleware
 
-    from app.api.middleware import HEADER, new_request_id, sane_request_id
+    from app.api.middleware import HEADER, HeadAsGet, new_request_id, sane_request_id
 
     # outermost but for HeadAsGet: the request id (X-Request-ID in and out) is set for every line logged and
     # every problem+json body, the 500s of RequestContext included
     app.add_middleware(CorrelationIdMiddleware, header_name=HEADER, generator=new_request_id,
                        validator=sane_request_id, update_request_header=False)
-    from app.api.middleware import HeadAsGet
-
     app.add_middleware(HeadAsGet)  # outermost: HEAD runs as GET, without the body
 
     return app
