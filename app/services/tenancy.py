@@ -30,9 +30,9 @@ from app.domain.errors import (
     SessionNotFound,
     StorageQuotaExceeded,
     Unauthorized,
-    UnknownProfile,
 )
 from app.domain.tenancy import DEFAULT_TENANT, Principal
+from app.services.sessions import session_model
 from app.store import repository as repo
 from app.store import retention
 from app.store import tenancy as store
@@ -154,15 +154,6 @@ def _position(cursor: str) -> tuple[datetime, str]:
                            loc=["query", "cursor"]) from None
 
 
-def _model(own: str | None, profile: str, profiles: ProfileRegistry | None) -> str | None:
-    if own or profiles is None:
-        return own
-    try:
-        return profiles.get(profile).model
-    except UnknownProfile:
-        return None
-
-
 def list_sessions(db: OrmSession, principal: Principal, *, limit: int, cursor: str | None,
                   profiles: ProfileRegistry | None = None) -> dict[str, Any]:
     """The tenant's sessions, newest first, keyset-paged: ``{"sessions": [{id, profile, model,
@@ -174,7 +165,7 @@ def list_sessions(db: OrmSession, principal: Principal, *, limit: int, cursor: s
                                before=_position(cursor) if cursor else None)
     page = rows[:limit]
     return {"sessions": [{"id": r.id, "profile": r.profile,
-                          "model": _model(r.model, r.profile, profiles),
+                          "model": session_model(r, profiles) if profiles is not None else r.model,
                           "last_seq": r.last_seq, "created_at": iso_utc(r.created_at)} for r in page],
             "next_cursor": _cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None}
 
