@@ -39,7 +39,7 @@ from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.text import ControlStrings, cut_head_tail
-from app.tokenizers.native import native_renderer, template_sha256
+from app.tokenizers.native import native_renderer, rendered_bytes, template_sha256
 from app.wire.openai import tool_call_id
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ COUNT_MEMO_BYTES = 4 * 1024 * 1024  # count_text: sha256 of a text -> its token 
 HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads and tails cut from payloads
 HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
 RECENT_BYTES = 64 * 1024 * 1024  # _recent: the previous request's text and encoding per root+trunk
+RENDERS_BYTES = 64 * 1024 * 1024  # _renders: the native renderer's last render per conversation
 
 
 def memoized_cuts(cut: Callable[[str, int, int], tuple[str, str, int]], max_bytes: int
@@ -260,6 +261,8 @@ class HFChatMeter:
         self._heads: ByteLRU[str, tuple[int, int, int]] = ByteLRU(HEADS_BYTES, lambda key, _: len(key) + ENTRY_OVERHEAD)
         self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
             RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))
+        # the native renderer's last render per conversation (render_qwen3's ``renders``)
+        self._renders: ByteLRU[int, Any] = ByteLRU(RENDERS_BYTES, rendered_bytes)
         if render_cache not in ("native", "placeholders", "none"):
             raise ValueError(f"unknown render_cache {render_cache!r}; expected native, placeholders or none")
         self._native = native_renderer(getattr(tokenizer, "chat_template", None)) if render_cache == "native" else None
@@ -336,7 +339,8 @@ class HFChatMeter:
         per message, a memo the native renderer may keep its work in (messages passed
         again unchanged in later renders)."""
         if self._native is not None:
-            text = self._native(messages, tools, add_generation_prompt, memos=memos, **self.template_kwargs)
+            text = self._native(messages, tools, add_generation_prompt, memos=memos,
+                                renders=self._renders if memos is not None else None, **self.template_kwargs)
             if text is not None:
                 return text
         if self._template is None or any(_marked(m) for m in messages):

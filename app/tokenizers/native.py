@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any, Protocol
 
-__all__ = ["NATIVE_TEMPLATES", "QWEN3_TEMPLATE_SHA256", "native_renderer", "render_qwen3", "template_sha256"]
+__all__ = ["NATIVE_TEMPLATES", "QWEN3_TEMPLATE_SHA256", "RenderStore", "native_renderer", "render_qwen3", "rendered_bytes",
+           "template_sha256"]
 
 #: ``(messages, tools, add_generation_prompt, **chat_template_kwargs) -> text``, or None
 #: for input (or a keyword) it does not handle
@@ -124,9 +129,96 @@ def _qwen3_parts(m: dict[str, Any]) -> tuple[Any, ...]:
     return ("assistant", content, reasoning, "".join(out))
 
 
+class RenderStore(Protocol):
+    """Where :func:`render_qwen3` keeps its renders (:class:`app.caches.ByteLRU` fits)."""
+
+    def get(self, key: int) -> Any: ...
+
+    def put(self, key: int, value: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    """One render of :func:`render_qwen3`, kept under the identity of its first memo (of
+    message ``anchor``) so that the next render of the same conversation, grown at its
+    end, copies the text of the messages both share instead of walking them again.
+
+    ``before``: the messages before the anchor and ``tools`` (compared by value);
+    ``memos``: the memos from the anchor on (compared by identity: a memo is kept with an
+    unchanged message); ``last_query``: the index the template's last-query scan found (None:
+    none); ``ends[i]``: the text's length after message ``i``'s part; ``text``: the render."""
+
+    anchor: int
+    before: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    memos: list[dict[Any, Any] | None]
+    last_query: int | None
+    ends: list[int]
+    text: str
+
+
+def _part(messages: Sequence[dict[str, Any]], memos: Sequence[dict[Any, Any] | None] | None,
+          index: int) -> tuple[Any, ...]:
+    """:func:`_qwen3_parts` of ``messages[index]``, kept in its memo when it has one."""
+    memo = memos[index] if memos is not None and index < len(memos) else None
+    found = memo.get("qwen3") if memo is not None else None
+    if found is None:
+        found = _qwen3_parts(messages[index])
+        if memo is not None:
+            memo["qwen3"] = found
+    return found
+
+
+def _is_query(m: dict[str, Any]) -> bool:
+    """A user message the template's last-query scan stops at (not a wrapped tool response)."""
+    if m["role"] != "user":
+        return False
+    c = m["content"]
+    return not (c.startswith("<tool_response>") and c.endswith("</tool_response>"))
+
+
+def _last_query(messages: Sequence[dict[str, Any]], stop: int = 0) -> int | None:
+    """The index of the last query at or after ``stop``, or None."""
+    return next((i for i in range(len(messages) - 1, stop - 1, -1) if _is_query(messages[i])), None)
+
+
+def _chunks(parts: Sequence[tuple[Any, ...]], offset: int, first: int, n: int,
+            last_query: int | None) -> list[str]:
+    """The template's text of messages ``first .. n - 1``, one string each; ``parts[i -
+    offset]`` is message ``i``'s part (``parts`` starts at ``offset <= first - 1`` when
+    ``first > 0``, for the neighbour's kind)."""
+    query = n if last_query is None else last_query  # none: no message comes after it
+    out: list[str] = []
+    append = out.append
+    for i in range(first, n):
+        part = parts[i - offset]
+        kind = part[0]
+        if kind == "turn":
+            append(part[1] if i > 0 or not part[2] else "")  # a first system message is the root
+        elif kind == "assistant":
+            _, content, reasoning, calls = part
+            if i > query and (i == n - 1 or reasoning):
+                append("<|im_start|>assistant\n<think>\n" + reasoning.strip("\n") + "\n</think>\n\n"
+                       + content.lstrip("\n") + calls + "<|im_end|>\n")
+            else:
+                append("<|im_start|>assistant\n" + content + calls + "<|im_end|>\n")
+        else:  # tool: a run of tool messages is one user turn
+            opens = i == 0 or parts[i - 1 - offset][0] != "tool"
+            closes = i == n - 1 or parts[i + 1 - offset][0] != "tool"
+            append(("<|im_start|>user" if opens else "") + part[1] + ("<|im_end|>\n" if closes else ""))
+    return out
+
+
+def _generation_prompt(add_generation_prompt: bool, template_kwargs: dict[str, Any]) -> str:
+    if not add_generation_prompt:
+        return ""
+    return "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n"
+                                        if template_kwargs.get("enable_thinking", True) is False else "")
+
+
 def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
                  add_generation_prompt: bool = True, *, memos: Sequence[dict[Any, Any] | None] | None = None,
-                 **template_kwargs: Any) -> str | None:
+                 renders: RenderStore | None = None, **template_kwargs: Any) -> str | None:
     """The Qwen3 chat template (:data:`QWEN3_TEMPLATE_SHA256`) in Python.
 
     Same output as ``apply_chat_template(messages, tools=tools, tokenize=False,
@@ -141,69 +233,104 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
     passed again, unchanged, in later renders (``LeafMessage.memo``), where what the
     template renders of the message apart from its neighbours is kept, so a long
     conversation re-renders only its new messages.
+
+    ``renders``: optional, with ``memos``: where each render is kept, under the first
+    memo's identity (a bounded store, e.g. :class:`app.caches.ByteLRU` sized by
+    :func:`rendered_bytes`). The next render whose messages from that memo on start with
+    the same memos (the same messages: the conversation grown at its end) and whose earlier
+    messages and tools are equal copies the text of all but the last shared message (whose
+    end depends on what follows it) and renders only what follows, in time proportional
+    to the new messages plus one copy of the text.
     """
     if not messages or not set(template_kwargs) <= {"enable_thinking"}:
         return None
+    n = len(messages)
+    anchor = next((i for i, memo in enumerate(memos[:n]) if memo is not None), None) \
+        if memos is not None and renders is not None else None
+    if anchor is None or memos is None or renders is None:
+        rendered = _render_all(messages, tools, memos, add_generation_prompt, template_kwargs)
+        return rendered.text if rendered is not None else None
+    key = id(memos[anchor])  # the state holds that memo, so the id is not reused while it is kept
+    prev: _Rendered | None = renders.get(key)
+    rendered = _render_after(prev, messages, tools, memos, add_generation_prompt, template_kwargs) \
+        if prev is not None and prev.anchor == anchor else None
+    if rendered is None:
+        rendered = _render_all(messages, tools, memos, add_generation_prompt, template_kwargs, anchor=anchor)
+        if rendered is None:
+            return None
+    if None not in rendered.memos:  # a message without a memo could change unseen
+        renders.put(key, rendered)
+    return rendered.text
+
+
+def rendered_bytes(key: int, value: _Rendered) -> int:
+    """Bytes a kept render holds (the ``renders`` store's size function)."""
+    return sys.getsizeof(value.text) + 48 * len(value.ends) + 8 * len(value.memos) + 200
+
+
+def _header(first: dict[str, Any], tools: Sequence[dict[str, Any]] | None) -> str:
+    """The root: the system message (when first) and the tools' declarations."""
+    if tools:
+        return ("<|im_start|>system\n" + (first["content"] + "\n\n" if first["role"] == "system" else "")
+                + _TOOLS_HEAD + "".join("\n" + _tojson(tool) for tool in tools) + _TOOLS_TAIL)
+    if first["role"] == "system":
+        return "<|im_start|>system\n" + str(first["content"]) + "<|im_end|>\n"
+    return ""
+
+
+def _render_all(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
+                memos: Sequence[dict[Any, Any] | None] | None, add_generation_prompt: bool,
+                template_kwargs: dict[str, Any], *, anchor: int = 0) -> _Rendered | None:
+    """The whole render (None: a message outside the shapes handled)."""
     parts: list[tuple[Any, ...]] = []
-    for index, m in enumerate(messages):
-        memo = memos[index] if memos is not None and index < len(memos) else None
-        found = memo.get("qwen3") if memo is not None else None
-        if found is None:
-            found = _qwen3_parts(m)
-            if memo is not None:
-                memo["qwen3"] = found
+    for index in range(len(messages)):
+        found = _part(messages, memos, index)
         if found is _INVALID:
             return None
         parts.append(found)
-    out: list[str] = []
-    first = messages[0]
-    if tools:
-        out.append("<|im_start|>system\n")
-        if first["role"] == "system":
-            out.append(first["content"] + "\n\n")
-        out.append(_TOOLS_HEAD)
-        for tool in tools:
-            out.append("\n" + _tojson(tool))
-        out.append(_TOOLS_TAIL)
-    elif first["role"] == "system":
-        out.append("<|im_start|>system\n" + first["content"] + "<|im_end|>\n")
-
     n = len(messages)
-    last_query = n - 1
-    for index in range(n - 1, -1, -1):
-        m = messages[index]
-        if m["role"] == "user":
-            c = m["content"]
-            if not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
-                last_query = index
-                break
+    last_query = _last_query(messages)
+    header = _header(messages[0], tools)
+    chunks = _chunks(parts, 0, 0, n, last_query)
+    ends = list(accumulate(map(len, chunks), initial=len(header)))[1:]
+    return _Rendered(anchor=anchor, before=list(messages[:anchor]), tools=list(tools) if tools else None,
+                     memos=list(memos[anchor:n]) if memos is not None else [], last_query=last_query, ends=ends,
+                     text=header + "".join(chunks) + _generation_prompt(add_generation_prompt, template_kwargs))
 
-    append = out.append
-    for i, part in enumerate(parts):
-        kind = part[0]
-        if kind == "turn":
-            if i > 0 or not part[2]:  # a first system message is the root, rendered above
-                append(part[1])
-        elif kind == "assistant":
-            _, content, reasoning, calls = part
-            if i > last_query and (i == n - 1 or reasoning):
-                append("<|im_start|>assistant\n<think>\n" + reasoning.strip("\n") + "\n</think>\n\n"
-                       + content.lstrip("\n"))
-            else:
-                append("<|im_start|>assistant\n" + content)
-            append(calls)
-            append("<|im_end|>\n")
-        else:  # tool
-            if i == 0 or parts[i - 1][0] != "tool":
-                append("<|im_start|>user")
-            append(part[1])
-            if i == n - 1 or parts[i + 1][0] != "tool":
-                append("<|im_end|>\n")
-    if add_generation_prompt:
-        append("<|im_start|>assistant\n")
-        if template_kwargs.get("enable_thinking", True) is False:
-            append("<think>\n\n</think>\n\n")
-    return "".join(out)
+
+def _render_after(prev: _Rendered, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
+                  memos: Sequence[dict[Any, Any] | None], add_generation_prompt: bool,
+                  template_kwargs: dict[str, Any]) -> _Rendered | None:
+    """The render of ``messages`` from ``prev``'s text, when ``messages`` extends the
+    conversation ``prev`` rendered (None otherwise: render it all)."""
+    anchor, n, shared = prev.anchor, len(messages), len(prev.memos)
+    n_prev = anchor + shared
+    if n < n_prev or len(memos) < n or not all(map(operator.is_, prev.memos, memos[anchor:n_prev])):
+        return None
+    if list(messages[:anchor]) != prev.before or (list(tools) if tools else None) != prev.tools:
+        return None
+    found = _last_query(messages, n_prev)  # the shared messages gave prev.last_query
+    last_query = found if found is not None else prev.last_query
+    # every message before the last shared one renders as it did: its neighbours are the
+    # same, and the last query moved past none that a think block could depend on
+    keep = n_prev - 2
+    if last_query != prev.last_query:
+        keep = min(keep, *(q for q in (last_query, prev.last_query) if q is not None))
+    if keep < 0:
+        return None
+    parts: list[tuple[Any, ...]] = []
+    for index in range(keep, n):
+        part = _part(messages, memos, index)
+        if part is _INVALID:
+            return None
+        parts.append(part)
+    chunks = _chunks(parts, keep, keep + 1, n, last_query)
+    start = prev.ends[keep]
+    ends = prev.ends[: keep + 1] + list(accumulate(map(len, chunks), initial=start))[1:]
+    return _Rendered(anchor=anchor, before=prev.before, tools=prev.tools, memos=list(memos[anchor:n]),
+                     last_query=last_query, ends=ends,
+                     text=prev.text[:start] + "".join(chunks) + _generation_prompt(add_generation_prompt,
+                                                                                  template_kwargs))
 
 
 #: template sha256 -> native renderer

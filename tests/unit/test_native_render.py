@@ -10,10 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.caches import ByteLRU
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall
 from app.tokenizers.hf import HFChatMeter, arguments_text, parse_arguments, template_messages
 from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
-from app.tokenizers.native import QWEN3_TEMPLATE_SHA256, native_renderer, render_qwen3, template_sha256
+from app.tokenizers.native import (
+    QWEN3_TEMPLATE_SHA256,
+    native_renderer,
+    render_qwen3,
+    rendered_bytes,
+    template_sha256,
+)
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
@@ -98,11 +105,41 @@ def test_memoized_parts_render_as_official_when_the_conversation_grows_or_moves(
     last message's think block) is kept."""
     head = [{"role": "system", "content": first}] if first is not None else []
     memos = {id(m): {} for m in rest + more}
+    renders = ByteLRU(1 << 20, rendered_bytes)
     for messages in (head + rest, head + rest + more, head + rest[drop:] + more, head + rest + more):
         if not messages:
             continue
         per = [memos.get(id(m)) for m in messages]
-        assert render_qwen3(messages, tools, gen, memos=per) == official(tok, messages, tools, gen)
+        assert render_qwen3(messages, tools, gen, memos=per, renders=renders) == official(tok, messages, tools, gen)
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=st.one_of(st.none(), text), rest=st.lists(message(), min_size=1, max_size=10),
+       tools=st.sampled_from([None, [BASH]]), gen=st.booleans(), kwargs=st.sampled_from(KWARGS[:2]),
+       replaced=st.integers(min_value=0, max_value=12))
+def test_kept_render_grown_one_message_at_a_time_renders_as_official(tok, first, rest, tools, gen, kwargs,
+                                                                       replaced) -> None:
+    """The render kept under the first memo (``renders``) is reused when the conversation
+    grows at its end: the text of every shared message but the last is copied. Grown one
+    message at a time (a tool run's end moving, a later user message moving the last query
+    past think blocks, the generation prompt switched), each render equals Jinja's; a
+    message replaced by another (a new memo at that place, as a tombstone gives) is
+    rendered afresh from there."""
+    head = [{"role": "system", "content": first}] if first is not None else []
+    memos = {id(m): {} for m in rest}
+    renders = ByteLRU(1 << 20, rendered_bytes)
+    for size in range(1, len(rest) + 1):
+        messages = head + rest[:size]
+        if size == replaced:  # an earlier message swapped for an equal copy with a memo of its own
+            copy = dict(rest[0])
+            memos[id(copy)] = {}
+            messages = head + [copy] + rest[1:size]
+        per = [memos.get(id(m)) for m in messages]
+        add = gen if size % 2 else not gen
+        assert render_qwen3(messages, tools, add, memos=per, renders=renders, **kwargs) == \
+            official(tok, messages, tools, add, **kwargs)
+        assert render_qwen3(messages, tools, add, memos=per, renders=renders, **kwargs) == \
+            official(tok, messages, tools, add, **kwargs)  # the same again: all but the last part copied
 
 
 def test_enable_thinking_false_adds_an_empty_think_block(tok) -> None:
