@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -121,9 +122,12 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         app.state.payload_counter = counter_for(app.state, activity)
 
         def warm() -> None:
+            started = time.perf_counter()
+            loaded = False
             try:
                 meter_registry.get(registry.get(settings.default_profile))
                 metrics.TOKENIZER_READY.set(1)
+                loaded = True
             except Exception as exc:
                 app.state.tokenizer_error = f"{type(exc).__name__}: {exc}"
                 log.exception("could not load the default profile's tokenizer")
@@ -131,6 +135,9 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
                 if freeze_gc:  # before /readyz says ready: the start-up objects leave the collected generations
                     gc.collect()
                     gc.freeze()
+                if loaded:  # what /readyz says from now on (the port is bound by then: loading takes seconds)
+                    log.info("ctxd ready: the tokenizer of profile %s loaded in %.1f s; /readyz answers 200",
+                             settings.default_profile, time.perf_counter() - started)
                 app.state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
@@ -151,7 +158,9 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
                     stop_pruning.wait(3600)
 
             threading.Thread(target=prune, name="ctxd-manifest-retention", daemon=True).start()
-        log.info("ctxd ready: data directory %s, database %s, profiles %s", settings.data_dir,
+        # not ready yet: the default profile's tokenizer loads in the background ("ctxd ready"
+        # follows), and uvicorn binds its port after this start-up
+        log.info("ctxd starting: data directory %s, database %s, profiles %s", settings.data_dir,
                  engine.url.render_as_string(hide_password=True), registry.names())
         try:
             yield

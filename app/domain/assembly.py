@@ -1541,10 +1541,14 @@ def assemble_window(
                 if state is None:
                     items.append(item)
                     continue
-                # inline: _with_invalidation's memo hit of an item the plan chose nothing for
-                held = held_states.get((id(item), False)) if item.seq not in choices else None
-                if held is not None and held[0] is item and held[1] is state:
+                # inline: _with_invalidation's memo hit (the same item, state and choice; the
+                # text it shows is then the same too: it is the view's own message)
+                choice = choices.get(item.seq)
+                held = held_states.get((id(item), choice is not None))
+                if held is not None and held[0] is item and held[1] is state and held[2] is choice:
                     item = held[4]
+                    for name, value in held[5]:
+                        summary[name] += value
                 else:
                     item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
                                               summary, held_states)

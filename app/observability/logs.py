@@ -12,7 +12,7 @@ and the libraries', becomes one line
 
 * ``json`` (``CTXD_LOG_FORMAT=json``; the default when stderr is not a terminal):
   ``{"timestamp": "2026-12-01T07:31:02.123456Z", "level": "info", "logger": "ctxd",
-  "event": "ctxd ready: ...", "request_id": null, "pid": 123}`` (``request_id`` is the
+  "event": "ctxd starting: ...", "request_id": null, "pid": 123}`` (``request_id`` is the
   request's inside one, null outside; ``exception`` holds a traceback);
 * ``console`` (the default on a terminal): the same fields as aligned text for humans.
 

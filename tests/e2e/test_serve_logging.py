@@ -33,12 +33,21 @@ def test_serve_prints_the_ready_line_once_and_echoes_request_ids(server: str, tm
     assert missing.status_code == 404 and missing.json()["request_id"] == "e2e-req-404"
     lines = _lines(tmp_path / "serve.log")
     data_dir = (tmp_path / "data").resolve()
-    ready = [line for line in lines if line["event"].startswith("ctxd ready")]
-    assert len(ready) == 1, lines[-20:]
-    assert ready[0]["event"] == (f"ctxd ready: data directory {data_dir}, database sqlite:///{data_dir / 'ctxd.sqlite3'}, "
-                                 "profiles ['mistral-tekken', 'qwen3', 'qwen3-128k', 'qwen3-nothink']")
-    assert (ready[0]["level"], ready[0]["logger"], ready[0]["request_id"]) == ("info", "ctxd", None)
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", ready[0]["timestamp"]) and ready[0]["pid"] > 0
+    starting = [line for line in lines if line["event"].startswith("ctxd starting")]
+    assert len(starting) == 1, lines[-20:]
+    assert starting[0]["event"] == (f"ctxd starting: data directory {data_dir}, database sqlite:///"
+                                    f"{data_dir / 'ctxd.sqlite3'}, profiles ['mistral-tekken', 'qwen3', 'qwen3-128k', "
+                                    "'qwen3-nothink']")
+    assert (starting[0]["level"], starting[0]["logger"], starting[0]["request_id"]) == ("info", "ctxd", None)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", starting[0]["timestamp"]) and starting[0]["pid"] > 0
+    # "ready" only once the tokenizer is loaded (what /readyz says), after the start-up line
+    # and after uvicorn bound its port (before: "ctxd ready" came first, even when the bind failed)
+    ready = [i for i, line in enumerate(lines) if line["event"].startswith("ctxd ready")]
+    bound = [i for i, line in enumerate(lines) if line["event"].startswith("Uvicorn running on")]
+    assert len(ready) == 1 and len(bound) == 1, lines[-20:]
+    assert re.fullmatch(r"ctxd ready: the tokenizer of profile qwen3 loaded in \d+\.\d s; /readyz answers 200",
+                        lines[ready[0]]["event"])
+    assert lines.index(starting[0]) < bound[0] < ready[0]
     access = {line["request_id"]: line for line in lines if line["logger"] == "uvicorn.access"}
     assert '"GET /healthz HTTP/1.1" 200' in access["e2e-req-1"]["event"]
     assert '"GET /readyz HTTP/1.1"' in access[generated]["event"]
@@ -63,6 +72,6 @@ def test_serve_debug_level_and_console_format(tmp_path: Path) -> None:
     log = (tmp_path / "serve.log").read_text(encoding="utf-8")
     assert not log.lstrip().startswith("{")
     assert re.search(r"\[debug\s*\] migration lock held", log), log[-2000:]
-    assert re.search(r"\[info\s*\] ctxd ready: data directory", log)
+    assert re.search(r"\[info\s*\] ctxd starting: data directory", log)
     (access,) = [line for line in log.splitlines() if "GET /healthz" in line]
     assert "request_id=human-1" in access

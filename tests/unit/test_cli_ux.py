@@ -161,9 +161,9 @@ def test_startup_log_names_the_absolute_data_dir(tmp_path: Path, monkeypatch: py
     caplog.set_level(logging.INFO, logger="ctxd")
     with TestClient(create_app(Settings(data_dir=Path("relative-data")))):
         pass
-    ready = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ctxd ready")]
+    ready = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ctxd starting")]
     absolute = tmp_path.resolve() / "relative-data"
-    assert ready == [(f"ctxd ready: data directory {absolute}, database sqlite:///{absolute / 'ctxd.sqlite3'}, "
+    assert ready == [(f"ctxd starting: data directory {absolute}, database sqlite:///{absolute / 'ctxd.sqlite3'}, "
                      "profiles ['mistral-tekken', 'qwen3', 'qwen3-128k', 'qwen3-nothink']")]
 
 
@@ -177,7 +177,7 @@ def test_startup_log_hides_the_database_password(postgres_url: str, tmp_path: Pa
     caplog.set_level(logging.INFO, logger="ctxd")
     with TestClient(create_app(Settings(data_dir=tmp_path, database_url=url.render_as_string(hide_password=False)))):
         pass
-    ready = " ".join(r.getMessage() for r in caplog.records if r.getMessage().startswith("ctxd ready"))
+    ready = " ".join(r.getMessage() for r in caplog.records if r.getMessage().startswith("ctxd starting"))
     assert url.password and url.password not in ready and ":***@" in ready and str(tmp_path.resolve()) in ready
 
 
