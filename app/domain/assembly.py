@@ -1133,6 +1133,7 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
                 bounded[result.handle] = b
         return bounded
 
+    fresh: list[LeafMessage] = []  # messages of the views built now
     for group in groups[start:]:
         results = group.results
         if results:
@@ -1153,9 +1154,12 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
             messages = tuple(_leaf_messages(shown, bounded, render_reasoning, meter.control_strings, bindings))
             view = views[key] = _GroupView((group.message, *results), messages, counts, bounded)
             view.message_span = span
+            fresh.extend(messages)
         elif counts not in view._bounded:
             view._bounded[counts] = bound(results)
         out.append(view)
+    if fresh:
+        meter.prefetch(fresh)
     if len(views) > 2 * len(groups) + 64:
         kept = {key: views[key] for key in keys}
         views.clear()
@@ -1299,10 +1303,11 @@ def assemble_window(
     forecasting = options.pass_due is None and fold is not None
     graph = cached_graph(events, cache)
     observed, bindings = cached_states(graph, cache)
-    plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
-                             deferred=options.deferred, shown_upto=options.shown_upto, states=observed, memo=cache)
+    # the views first: their new messages start tokenizing (meter.prefetch) while the rest is planned
     views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
                                        budget.role_limits()["observations"] or budget.input_limit)
+    plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
+                             deferred=options.deferred, shown_upto=options.shown_upto, states=observed, memo=cache)
     bounded: dict[str, BoundedResult] = {}
     for view, group_counts in zip(views, known_counts):
         bounded.update(view._bounded[group_counts])  # built by _group_views

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from app.domain.layout import Conversation
+    from app.domain.layout import Conversation, LeafMessage
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,11 @@ class TokenMeter(Protocol):
 
     def measure(self, conversation: Conversation) -> Measurement:
         """Render ``conversation`` with the chat template and count it exactly."""
+
+    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+        """A hint: ``messages`` (new leaf messages) are about to be measured as part of a
+        conversation; a meter may start tokenizing them now, beside the caller's work. It
+        never changes a measurement; doing nothing is correct."""
 
 
 class WireFormat(Protocol):

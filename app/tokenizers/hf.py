@@ -27,8 +27,10 @@ import json
 import logging
 import re
 import sys
+import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -54,6 +56,8 @@ HEAD_TAIL_MEMO_BYTES = 32 * 1024 * 1024  # head_tail and cut_ends (each): heads 
 HEADS_BYTES = 1024 * 1024  # _heads: root/trunk render offsets per root+trunk
 RECENT_BYTES = 64 * 1024 * 1024  # _recent: the previous request's text and encoding per root+trunk
 RENDERS_BYTES = 64 * 1024 * 1024  # _renders: the native renderer's last render per conversation
+PREFETCH_WORKERS = 2  # threads that tokenize prefetched segments (the batch encode releases the GIL)
+PREFETCH_HANDOFF_S = 0.002  # seconds prefetch waits for a worker to take its job
 
 
 def memoized_cuts(cut: Callable[[str, int, int], tuple[str, str, int]], max_bytes: int
@@ -261,6 +265,8 @@ class HFChatMeter:
         self._heads: ByteLRU[str, tuple[int, int, int]] = ByteLRU(HEADS_BYTES, lambda key, _: len(key) + ENTRY_OVERHEAD)
         self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
             RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))
+        self._prefetcher: ThreadPoolExecutor | None = None  # prefetch's workers, started on first use
+        self._prefetch_lock = threading.Lock()
         # the native renderer's last render per conversation (render_qwen3's ``renders``)
         self._renders: ByteLRU[int, Any] = ByteLRU(RENDERS_BYTES, rendered_bytes)
         if render_cache not in ("native", "placeholders", "none"):
@@ -398,6 +404,35 @@ class HFChatMeter:
         value = (trunk_start, leaf_start, bare_root)
         self._heads.put(key, value)
         return value
+
+    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+        """Start tokenizing the text segments of ``messages`` (rendered apart, natively)
+        that the segment cache lacks, on a worker thread: the batch encode releases the
+        GIL, so it runs on another core while the caller plans; the caller's
+        :meth:`measure` then finds them in the cache (or waits for them instead of encoding
+        them again). Only with the segment cache and the native renderer; a no-op
+        otherwise. Measurements do not change (see ``SegmentEncoder.prefetch_job``)."""
+        if self.encoder is None or self._native is None or not messages:
+            return
+        entries = [_shared_template_entry(m, self.render_reasoning) for m in messages]
+        text = self._native([e[0] for e in entries], None, False, memos=[e[1] for e in entries],
+                            **self.template_kwargs)
+        job = self.encoder.prefetch_job(text) if text else None
+        if job is None:
+            return
+        started = threading.Event()
+
+        def run() -> None:
+            started.set()
+            job()
+
+        with self._prefetch_lock:
+            if self._prefetcher is None:
+                self._prefetcher = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="ctxd-prefetch")
+            self._prefetcher.submit(run)
+        # hand the GIL over until the worker is inside the GIL-free encode (bounded: a busy
+        # pool just means the segments are encoded later, or by measure itself)
+        started.wait(PREFETCH_HANDOFF_S)
 
     def measure(self, conversation: Conversation) -> Measurement:
         """Render once, encode through the segment cache, count each zone exactly.

@@ -25,7 +25,7 @@ from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
 from app.caches import ENTRY_OVERHEAD, ByteLRU, memoize, text_key
 from app.domain.errors import ProviderRuleViolation
-from app.domain.layout import Conversation
+from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.text import CUT_MARGIN, ControlStrings, cut_head_tail
 from app.tokenizers.hf import memoized_cuts
@@ -146,6 +146,9 @@ class MistralMeter:
         tools = body.get("tools", [])
         messages, warnings = self.tekken.served_messages(body["messages"], tools)
         return messages, tools, warnings
+
+    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+        """Nothing to start ahead (see TokenMeter.prefetch)."""
 
     def measure(self, conversation: Conversation) -> Measurement:
         """Count the served messages exactly (mistral-common's own encoders).

@@ -489,6 +489,7 @@ class EncodedText:
 
 
 _AS_REUSED = {"added": "added", "hit": "hit", "miss": "hit"}  # a reused segment counts as a hit
+PREFETCH_WAIT_S = 5.0  # seconds encode waits for a prefetch's segments before encoding them itself
 
 
 def _probe_texts(specs: Sequence[AddedTokenSpec]) -> list[str]:
@@ -545,6 +546,9 @@ class SegmentEncoder:
             self.added_tokens, encode_special_tokens=bool(getattr(backend, "encode_special_tokens", False))
         )
         self._batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        # keys a prefetch is encoding now -> set once they are stored (see prefetch_job)
+        self._inflight: dict[bytes, threading.Event] = {}
+        self._inflight_lock = threading.Lock()
         self._max_added_len = max((len(t.content) for t in self.added_tokens), default=0)
         self._incremental_safe = not any(t.lstrip or t.rstrip or t.single_word for t in self.added_tokens)
         if verify:
@@ -597,6 +601,8 @@ class SegmentEncoder:
 
         t1 = time.perf_counter()
         values = self.cache.get_many(keys) if keys else []
+        if self._inflight and None in values:
+            values = self._after_prefetch(keys, values)
         t2 = time.perf_counter()
 
         blobs: list[bytes | None] = []
@@ -674,6 +680,60 @@ class SegmentEncoder:
             status=tuple(status),
             stats=stats,
         )
+
+    def prefetch_job(self, text: str) -> Callable[[], None] | None:
+        """What :meth:`encode` would tokenize of ``text`` (its text segments not in the
+        cache and not being encoded already), as a job that encodes them in one batch and
+        stores them; None when there is nothing to do. Called in the caller's thread (the
+        split and the cache lookup hold the GIL); the job is meant for another thread: the
+        batch encode releases the GIL, so it runs beside the caller's Python work. Until
+        the job has stored them, :meth:`encode` waits for its segments instead of encoding
+        them again. The cache then holds exactly what encoding a segment gives, whoever
+        encodes it, so a prefetch never changes a result, only who pays for it."""
+        pieces = list(dict.fromkeys(text[s:e] for s, e, tid in self.splitter.split(text) if tid < 0))
+        if not pieces:
+            return None
+        keys = [self.key(piece) for piece in pieces]
+        values = self.cache.get_many(keys)
+        done = threading.Event()
+        with self._inflight_lock:
+            claimed = [i for i, v in enumerate(values) if (v is None or not v or len(v) % 4)
+                       and keys[i] not in self._inflight]
+            for i in claimed:
+                self._inflight[keys[i]] = done
+        if not claimed:
+            return None
+
+        def job() -> None:
+            try:
+                encs = self._batch([pieces[i] for i in claimed], add_special_tokens=False)
+                self.cache.set_many({keys[i]: pack_ids(enc.ids) for i, enc in zip(claimed, encs)})
+            finally:
+                with self._inflight_lock:
+                    for i in claimed:
+                        if self._inflight.get(keys[i]) is done:
+                            del self._inflight[keys[i]]
+                done.set()
+
+        return job
+
+    def _after_prefetch(self, keys: list[bytes], values: list[bytes | None]) -> list[bytes | None]:
+        """``values`` with the misses a prefetch is encoding looked up again once it has
+        stored them (waiting at most :data:`PREFETCH_WAIT_S`; a miss left is encoded by the
+        caller as usual)."""
+        with self._inflight_lock:
+            waits = {self._inflight.get(keys[i]) for i, v in enumerate(values) if v is None} - {None}
+        if not waits:
+            return values
+        for done in waits:
+            assert done is not None
+            done.wait(PREFETCH_WAIT_S)
+        missing = [i for i, v in enumerate(values) if v is None]
+        again = self.cache.get_many([keys[i] for i in missing])
+        out = list(values)
+        for i, v in zip(missing, again):
+            out[i] = v
+        return out
 
     def encode_after(self, text: str, previous_text: str, previous: EncodedText) -> EncodedText:
         """``encode(text)`` reusing ``previous`` (the encoding of ``previous_text``) over

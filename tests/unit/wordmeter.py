@@ -4,9 +4,10 @@ plus a fixed framing cost per message. Exact by construction (its own tokenizer)
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from app.domain.cuts import windowed_head_tail
-from app.domain.layout import Conversation
+from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 
 FRAME = 4  # tokens of framing per message
@@ -26,6 +27,9 @@ class WordMeter:
 
     def cut_ends(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str] | None:
         return windowed_head_tail(text, head_tokens, tail_tokens, self.head_tail)
+
+    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+        """Nothing to start ahead (see TokenMeter.prefetch)."""
 
     def measure(self, conversation: Conversation) -> Measurement:
         tools = sum(len(json.dumps(t).split()) for t in conversation.tools)

@@ -1,0 +1,132 @@
+"""Prefetch: a GET's new leaf messages start tokenizing on a worker thread while the rest of
+the request is planned (the batch encode releases the GIL). It must never change a count,
+must not encode a segment twice (measure waits for a segment a prefetch is encoding), and
+must leave nothing claimed when the encode fails. Real Qwen3 tokenizer, real threads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from app.domain.layout import Conversation, LeafMessage, LeafToolCall
+from app.tokenizers.hf import HFChatMeter, template_messages
+from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
+from app.tokenizers.segments import LocalLRUCache, SegmentEncoder
+
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    return load_hf_tokenizer(qwen3_tokenizer_dir())
+
+
+def _meter(tok: Any) -> HFChatMeter:
+    encoder = SegmentEncoder.from_hf(tok, cache=LocalLRUCache(64 * 1024 * 1024), verify=False)
+    return HFChatMeter(tok, encoder=encoder, render_cache="native")
+
+
+def _leaf(n: int, tag: str) -> tuple[LeafMessage, ...]:
+    out: list[LeafMessage] = []
+    for i in range(n):
+        call = f"c{tag}{i}"
+        out.append(LeafMessage(role="assistant", content=f"step {i} of {tag}: let me look at file_{i}.py", seq=3 * i + 1,
+                               tool_calls=(LeafToolCall(call, "bash", f'{{"command": "cat file_{i}.py"}}'),)))
+        out.append(LeafMessage(role="tool", content=f"def f{i}():\n    return {i} * {tag!r}  # é ✓\n" * (i + 1),
+                               call_id=call, name="bash", seq=3 * i + 2))
+    return tuple(out)
+
+
+class _CountingBatch:
+    """The encoder's batch call, counting the pieces it is asked to encode (and, with
+    ``gate``, holding the first call until the gate opens)."""
+
+    def __init__(self, encoder: SegmentEncoder, gate: threading.Event | None = None) -> None:
+        self.inner, self.gate, self.pieces = encoder._batch, gate, []
+        self.entered = threading.Event()
+        encoder._batch = self
+
+    def __call__(self, pieces: list[str], **kwargs: Any) -> Any:
+        self.pieces.extend(pieces)
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(10)
+            self.gate = None
+        return self.inner(pieces, **kwargs)
+
+
+def test_prefetched_messages_measure_exactly_and_are_cache_hits(tok: Any) -> None:
+    """After prefetch of the new messages, measure gives the same ids as a meter that never
+    prefetched (and as apply_chat_template), and finds every text segment of those
+    messages in the cache: measure encodes nothing of them again."""
+    old, new = _leaf(3, "a"), _leaf(2, "b")
+    conv = Conversation(system="You are a helpful assistant.", tools=(BASH,), trunk="Fix the bug.", leaf=old + new)
+    plain, ahead = _meter(tok), _meter(tok)
+    plain.measure(Conversation(system=conv.system, tools=conv.tools, trunk=conv.trunk, leaf=old))
+    ahead.measure(Conversation(system=conv.system, tools=conv.tools, trunk=conv.trunk, leaf=old))
+    ahead.prefetch(new)
+    counting = _CountingBatch(ahead.encoder)
+    got, want = ahead.measure(conv), plain.measure(conv)
+    assert list(got.ids) == list(want.ids)
+    assert list(got.ids) == tok.apply_chat_template(template_messages(conv), tools=[BASH], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False)
+    assert (got.by_zone, got.by_role) == (want.by_zone, want.by_role)
+    contents = [m.content for m in new]
+    assert not [p for p in counting.pieces if any(c.strip() in p for c in contents)], counting.pieces
+
+
+def test_measure_waits_for_a_prefetch_in_flight_instead_of_encoding_again(tok: Any) -> None:
+    """While the prefetch's batch encode is held, measure blocks on its segments; once it is
+    released, measure's ids are exact and the prefetched pieces were encoded once in all."""
+    meter = _meter(tok)
+    new = _leaf(2, "w")
+    conv = Conversation(system="sys", tools=(), trunk="task", leaf=new)
+    gate = threading.Event()
+    counting = _CountingBatch(meter.encoder, gate)
+    meter.prefetch(new)  # returns once the worker took the job (it then waits at the gate)
+    assert counting.entered.wait(10)
+    prefetched = list(counting.pieces)
+    assert prefetched and meter.encoder._inflight
+    result: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: result.setdefault("m", meter.measure(conv)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # waiting for the held prefetch, not encoding the same pieces itself
+    gate.set()
+    waiter.join(10)
+    assert not waiter.is_alive() and not meter.encoder._inflight
+    assert list(result["m"].ids) == tok.apply_chat_template(template_messages(conv), add_generation_prompt=True,
+                                                            tokenize=True, return_dict=False)
+    for piece in prefetched:
+        assert counting.pieces.count(piece) == 1, piece
+
+
+def test_a_failed_prefetch_releases_its_segments(tok: Any) -> None:
+    """An encode error in the worker leaves no segment claimed: measure encodes them itself."""
+    meter = _meter(tok)
+    new = _leaf(1, "x")
+    encoder = meter.encoder
+    job = encoder.prefetch_job("<|im_start|>user\n" + new[1].content + "<|im_end|>\n")
+    assert job is not None and encoder._inflight
+    real = encoder._batch
+
+    def broken(pieces: list[str], **kwargs: Any) -> Any:
+        raise RuntimeError("tokenizer failed")
+
+    encoder._batch = broken
+    with pytest.raises(RuntimeError):
+        job()
+    encoder._batch = real
+    assert not encoder._inflight
+    conv = Conversation(system="sys", tools=(), trunk="task", leaf=new)
+    assert list(meter.measure(conv).ids) == tok.apply_chat_template(template_messages(conv), add_generation_prompt=True,
+                                                                    tokenize=True, return_dict=False)
+
+
+def test_prefetch_is_a_no_op_without_the_segment_cache_or_native_render(tok: Any) -> None:
+    for meter in (HFChatMeter(tok, render_cache="native"), HFChatMeter(tok, render_cache="none")):
+        meter.prefetch(_leaf(1, "n"))
+        assert meter._prefetcher is None
