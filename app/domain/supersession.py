@@ -3,8 +3,8 @@ table 9, notebook 4.4). Pure standard library.
 
 Choices per historical observation shown in the request:
 
-* ``tombstone``: replaced in place by a short marker naming the revision read, the write
-  that superseded it (``path@rN``) and the handle of the whole output. For a superseded
+* ``tombstone``: replaced in place by a short marker (:func:`tombstone_text`) naming the
+  revision read, the write that superseded it (``path@rN``) and the handle of the whole output. For a superseded
   read of an artifact the agent is editing: its own write superseded a ``file`` binding
   (the region later edits target). In place changes earlier tokens: the prefix is
   recomputed from that message on the call that first shows the tombstone.
@@ -95,20 +95,31 @@ def _range(r: str | None) -> str:
 
 
 def tombstone_text(node: ObservationNode, state: ItemState) -> str:
-    """The marker that replaces a superseded output in place: what it read, the write
-    that superseded it (``path@rN``, the first write after the read) and the handle of
-    the whole output (issue 11 item 4). About 50-70 tokens. Its text depends only on facts
-    fixed when it is first shown, never on later writes (it does not name the file's
-    current revision), so once in a request it stays byte-identical: a later write of the
-    file does not break the cached prefix at every tombstone of that file (DESIGN.md
-    section 6, "work per call does not grow with the session")."""
+    """The marker that replaces a superseded output in place (issue 11 item 4): each
+    revision read (``path@rN``, with its line range when there is one), the change that
+    superseded it (``path@rM``, the first write after the read, or an external change, with
+    its seq), one instruction, and the handle of the whole output (12 hex chars, once: the
+    recall tool's ``handle`` or ``GET /v1/handles/{handle}`` reads it back). E.g.
+    ``[ctxd tombstone: src/a.py@r2 lines 1-80 superseded by src/a.py@r3 (write, seq 57).
+    Re-read before use; output: handle 3f9a2c1b7d4e]``: 57 Qwen3 tokens for one read
+    (seed 000 section 4.7.3 budgets 24; the labels and the handle alone take about 40),
+    about 20 more per further read. Reads of one revision superseded by the same change are
+    named once: their ranges joined, or none when one of them read the whole file.
+
+    Its text depends only on facts fixed when it is first shown, never on later writes (it
+    does not name the file's current revision), so once in a request it stays
+    byte-identical: a later write of the file does not break the cached prefix at every
+    tombstone of that file (DESIGN.md section 6, "work per call does not grow with the
+    session")."""
+    ranges: dict[tuple[str, Change], list[str | None]] = {}
+    for s in state.superseded:  # reads of one revision superseded by one change are named once
+        ranges.setdefault((s.read_label, s.change), []).append(s.range)
     parts = []
-    for s in state.superseded:
-        parts.append(f"{s.read_label}{_range(s.range)} was superseded by {s.change.label} "
-                     f"({'write' if s.change.cause == 'write' else 'external change'} at seq {s.change.seq})")
-    return (f"[ctxd tombstone: historical output of seq {node.seq}: " + "; ".join(parts)
-            + f". It stays true of the revision it read; the whole output is handle {node.handle[:SHORT]} "
-            f"(GET /v1/handles/{node.handle[:SHORT]}). Read the file again before relying on or editing it.]")
+    for (read, change), rs in ranges.items():
+        lines = None if None in rs else ", ".join(dict.fromkeys(r for r in rs if r))
+        parts.append(f"{read}{_range(lines)} superseded by {change.label} "
+                     f"({'write' if change.cause == 'write' else 'external change'}, seq {change.seq})")
+    return f"[ctxd tombstone: {'; '.join(parts)}. Re-read before use; output: handle {node.handle[:SHORT]}]"
 
 
 def notice_text(change: Change, nodes: Sequence[ObservationNode], *, deferred: bool = False) -> str:

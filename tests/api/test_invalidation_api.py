@@ -61,11 +61,10 @@ def test_config_example_old_read_is_a_tombstone_and_historical(client: TestClien
     contents = tool_contents(out["request"])
     old, new = contents["c1"], contents["c3"]
     assert "timeout: 30" not in old
-    assert old.startswith("[ctxd tombstone: historical output of seq 2: config.yaml@r0 was superseded by "
-                          "config.yaml@r1 (write at seq 4)")
     manifest = out["manifest"]
     t1 = item(manifest, "t1")
-    assert t1["handle"][:12] in old
+    assert old == ("[ctxd tombstone: config.yaml@r0 superseded by config.yaml@r1 (write, seq 4). Re-read before use; "
+                   f"output: handle {t1['handle'][:12]}]")
     assert (t1["state"], t1["superseded_by"], t1["representation"]) == ("historical", ["config.yaml@r1"], "tombstone")
     assert t1["write"] == {"artifact": "config.yaml", "revision": 1, "seq": 4, "event_id": "w1", "cause": "write"}
     assert t1["bindings"] == ["config.yaml@r0"]
@@ -139,8 +138,9 @@ def test_a_shown_tombstone_stays_byte_identical_when_its_file_is_written_again(c
     post(client, sid, bash("a2", "c2", "sed -i s/1/2/ a.py"), write("w1", "a.py"), result("t2", "c2", ""))
     first = request(client, sid)
     tombstone = tool_contents(first["request"])["c1"]
-    assert tombstone.startswith("[ctxd tombstone: historical output of seq 2: a.py@r0 was superseded by a.py@r1 "
-                                "(write at seq 4).")
+    handle = item(first["manifest"], "t1")["handle"][:12]
+    assert tombstone == ("[ctxd tombstone: a.py@r0 superseded by a.py@r1 (write, seq 4). Re-read before use; "
+                         f"output: handle {handle}]")
     post(client, sid, bash("a3", "c3", "sed -i s/2/3/ a.py"), write("w2", "a.py"), result("t3", "c3", ""))
     second = request(client, sid)
     assert tool_contents(second["request"])["c1"] == tombstone
@@ -288,7 +288,7 @@ def test_consecutive_writes_offset_drift(client: TestClient) -> None:
     out = request(client, sid)
     t1, t3 = item(out["manifest"], "t1"), item(out["manifest"], "t3")
     assert t1["superseded_by"] == ["pool.py@r1"] and t1["bindings"] == ["pool.py@r0 lines 80:90"]
-    assert "pool.py@r0 lines 80:90 was superseded by pool.py@r1 (write at seq 4)" in \
+    assert "pool.py@r0 lines 80:90 superseded by pool.py@r1 (write, seq 4)" in \
         tool_contents(out["request"])["c1"]
     assert (t3["state"], t3["bindings"]) == ("current", ["pool.py@r2 lines 80:95"])
     assert out["manifest"]["invalidation"]["presented"] == ["pool.py@r2 lines 80:95"]

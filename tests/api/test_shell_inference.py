@@ -60,9 +60,9 @@ def test_config_example_through_events_infers_the_write_and_the_reads(client: Te
     out = request(client, sid)
     contents = tool_contents(out["request"])
     assert "timeout: 30" not in contents["c1"]
-    assert contents["c1"].startswith("[ctxd tombstone: historical output of seq 2: config.yaml@r0 was superseded "
-                                     "by config.yaml@r1 (write at seq 4)")
     t1 = item(out["manifest"], "t1")
+    assert contents["c1"] == ("[ctxd tombstone: config.yaml@r0 superseded by config.yaml@r1 (write, seq 4). "
+                              f"Re-read before use; output: handle {t1['handle'][:12]}]")
     assert (t1["state"], t1["superseded_by"], t1["bindings"]) == ("historical", ["config.yaml@r1"], ["config.yaml@r0"])
     assert t1["write"] == {"artifact": "config.yaml", "revision": 1, "seq": 4, "event_id": "infer:5:0",
                            "cause": "write"}
@@ -177,7 +177,8 @@ def test_a_child_inherits_the_metadata_that_governs_ingest(client: TestClient) -
     assert client.get(f"/v1/sessions/{tombstone}").json()["metadata"] == {"shell_tools": shell_tools,
                                                                           "invalidation": "tombstone"}
     contents = tool_contents(request(client, tombstone)["request"])
-    assert "timeout: 30" not in contents["c1"] and contents["c1"].startswith("[ctxd tombstone: historical")
+    assert "timeout: 30" not in contents["c1"]
+    assert contents["c1"].startswith("[ctxd tombstone: config.yaml@r0 superseded by config.yaml@r1 (write, seq 4). ")
 
 
 def test_bad_shell_tools_metadata_is_422(client: TestClient) -> None:

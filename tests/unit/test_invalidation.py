@@ -151,8 +151,8 @@ def test_auto_tombstones_an_edited_file_and_notices_inert_history() -> None:
               write(3, "a.py", 1)]
     plan = plan_invalidation(build_graph(events))
     assert plan.choices[1].choice == "tombstone" and plan.choices[2].choice == "notice"
-    assert plan.choices[1].text.startswith("[ctxd tombstone: historical output of seq 1: a.py@r0 was superseded by "
-                                           "a.py@r1 (write at seq 3)")
+    assert plan.choices[1].text == ("[ctxd tombstone: a.py@r0 superseded by a.py@r1 (write, seq 3). Re-read before use; "
+                                    f"output: handle 01{H[2:12]}]")
     (notice,) = plan.notices
     assert notice.anchor_seq == 3 and notice.seqs == (2,) and "now a.py@r1" in notice.text
     forced = plan_invalidation(build_graph(events), mode="notice")
@@ -160,6 +160,58 @@ def test_auto_tombstones_an_edited_file_and_notices_inert_history() -> None:
     assert {c.choice for c in plan_invalidation(build_graph(events), mode="tombstone").choices.values()} == {"tombstone"}
     with pytest.raises(ValueError):
         plan_invalidation(build_graph(events), mode="delete")
+
+
+TOMBSTONE_BOUND = 57  # Qwen3 tokens of a single-read tombstone with a line range (seed 000 budgets 24)
+
+
+def test_a_single_read_tombstone_is_short_and_names_the_read_the_write_and_the_handle() -> None:
+    """Session 9 (seed 000 section 4.7.3: "an in-place tombstone marker takes 24 tokens").
+    Before: 103 Qwen3 tokens for this example ("historical output of seq 41: ... It stays
+    true of the revision it read; the whole output is handle X (GET /v1/handles/X). Read the
+    file again ..."), the handle printed twice. After: 57, counted by the qwen3 profile's
+    own meter; every fact of issue 11 item 4 is still there, the handle once."""
+    from dataclasses import replace
+
+    from app.tokenizers.loading import MeterRegistry
+    from app.tokenizers.profiles import ProfileRegistry, load_profiles
+    from app.tokenizers.segments import LocalLRUCache
+
+    handle = "3f9a2c1b7d4e" + "5" * 52
+    events = [write(5, "src/a.py", 1), write(9, "src/a.py", 2),
+              replace(read(41, "src/a.py", revision=2, range="1-80"), handle=handle), write(57, "src/a.py", 3)]
+    text = plan_invalidation(build_graph(events), mode="tombstone").choices[41].text
+    assert text == ("[ctxd tombstone: src/a.py@r2 lines 1-80 superseded by src/a.py@r3 (write, seq 57). "
+                    "Re-read before use; output: handle 3f9a2c1b7d4e]")
+    assert text.startswith("[ctxd tombstone: ")
+    assert "src/a.py@r2 lines 1-80" in text and "src/a.py@r3 (write, seq 57)" in text
+    assert text.count("3f9a2c1b7d4e") == 1 and handle[12:] not in text
+    meter = MeterRegistry(LocalLRUCache(1 << 20)).get(ProfileRegistry(load_profiles()).get("qwen3"))
+    assert meter.count_text(text) <= TOMBSTONE_BOUND
+    old = ("[ctxd tombstone: historical output of seq 41: src/a.py@r2 lines 1-80 was superseded by src/a.py@r3 "
+           "(write at seq 57). It stays true of the revision it read; the whole output is handle 3f9a2c1b7d4e "
+           "(GET /v1/handles/3f9a2c1b7d4e). Read the file again before relying on or editing it.]")
+    assert meter.count_text(old) == 103 and meter.count_text(text) <= meter.count_text(old) * 0.56
+
+
+def test_a_tombstone_names_every_superseded_read_and_an_external_change() -> None:
+    """One output that read two files, each later changed: both reads and both changes are
+    named (one by a write, one from outside the agent's tools), the handle once. Two reads of
+    one revision superseded by the same write are named once (the whole-file read covers the
+    range)."""
+    events = [read(1, "a.py", revision=0, range="10:20",
+                   reads=({"artifact": "b.py", "revision": 0}, {"artifact": "a.py", "revision": 0})),
+              write(3, "a.py", 1), read(4, "b.py", revision=1)]
+    graph = build_graph(events)
+    assert len(graph.observation_state(1).superseded) == 3
+    text = plan_invalidation(graph, mode="tombstone").choices[1].text
+    assert text == ("[ctxd tombstone: a.py@r0 superseded by a.py@r1 (write, seq 3); "
+                    "b.py@r0 superseded by b.py@r1 (external change, seq 4). "
+                    f"Re-read before use; output: handle 01{H[2:12]}]")
+    ranged = [read(1, "a.py", revision=0, range="10:20", reads=({"artifact": "a.py", "revision": 0, "range": "40:50"},)),
+              write(3, "a.py", 1)]
+    assert plan_invalidation(build_graph(ranged), mode="tombstone").choices[1].text.startswith(
+        "[ctxd tombstone: a.py@r0 lines 10:20, 40:50 superseded by a.py@r1 (write, seq 3). ")
 
 
 def test_deferral_waits_for_the_trunk_rewrite_and_never_reverts() -> None:
