@@ -19,6 +19,7 @@ values (dict key order included).
 from __future__ import annotations
 
 import operator
+from itertools import compress, count
 from typing import Any
 
 import orjson
@@ -29,14 +30,17 @@ def _key(value: Any) -> bytes:
 
 
 def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
-    ops: list[Any] = []
+    # the leading run of the same objects (an extending manifest's items up to the newest),
+    # found in C; the walk below starts after it
+    prefix = next(compress(count(), map(operator.is_not, base, new)), min(len(base), len(new)))
+    ops: list[Any] = [[0, prefix]] if prefix else []
     positions: dict[bytes, list[int]] | None = None
     # values shared with base (the same objects: consecutive manifests share their unchanged
     # items) are found by identity; once one is, a value found no other way is taken as new
     # (a literal: always correct) instead of serializing every base value to look it up
-    by_id = {id(value): j for j, value in reversed(list(enumerate(base)))}
-    shared = False
-    i = 0
+    by_id = {id(value): j for j, value in reversed(list(enumerate(base[prefix:], prefix)))}
+    shared = prefix > 0
+    i = prefix
     while i < len(new):
         # the usual case first: a run of new values equal to a run of base values (C-level ==)
         start = ops[-1][1] if ops and isinstance(ops[-1], list) else 0
@@ -66,7 +70,10 @@ def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
             if a is not b and not _same(a, b):  # the same object: consecutive manifests share unchanged items
                 break
             end, i = end + 1, i + 1
-        ops.append([at, end])
+        if ops and isinstance(ops[-1], list) and ops[-1][1] == at:
+            ops[-1][1] = end  # continues the previous copy
+        else:
+            ops.append([at, end])
     return ops
 
 

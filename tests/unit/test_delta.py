@@ -61,3 +61,16 @@ def test_shared_items_are_copied_by_identity_without_serializing_the_base(monkey
     monkeypatch.setattr(delta, "_key", lambda v: calls.append(v) or real(v))
     assert diff(items, new) == {"[": [[5, 300], {"+": [{"seq": 300}]}]}
     assert len(calls) <= 2 * 64, "the base was not serialized value by value"
+
+
+def test_a_shared_leading_run_is_one_copy_and_a_continuing_copy_is_merged() -> None:
+    """An extending manifest: the same item objects up to the newest (found in one C-level
+    scan), then a changed last item and a new one: one copy op and the literals. A value
+    equal to the base's at the end of that run (a copy, not the same object) continues the
+    copy instead of starting a second one."""
+    items = [{"seq": i, "why": "recent turn"} for i in range(400)]
+    new = items[:399] + [{"seq": 399, "why": "now folded"}, {"seq": 400}]
+    assert diff(items, new) == {"[": [[0, 399], {"+": [{"seq": 399, "why": "now folded"}, {"seq": 400}]}]}
+    equal_copy = items[:10] + [dict(items[10])] + items[11:] + [{"seq": 400}]
+    assert diff(items, equal_copy) == {"[": [[0, 400], {"+": [{"seq": 400}]}]}
+    assert same(apply(items, diff(items, equal_copy)), equal_copy)
