@@ -266,6 +266,7 @@ class HFChatMeter:
         self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
             RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))
         self._prefetcher: ThreadPoolExecutor | None = None  # prefetch's workers, started on first use
+        self._prefetching = 0  # prefetch jobs submitted and not finished
         self._prefetch_lock = threading.Lock()
         # the native renderer's last render per conversation (render_qwen3's ``renders``)
         self._renders: ByteLRU[int, Any] = ByteLRU(RENDERS_BYTES, rendered_bytes)
@@ -410,9 +411,11 @@ class HFChatMeter:
         that the segment cache lacks, on a worker thread: the batch encode releases the
         GIL, so it runs on another core while the caller plans; the caller's
         :meth:`measure` then finds them in the cache (or waits for them instead of encoding
-        them again). Only with the segment cache and the native renderer; a no-op
-        otherwise. Measurements do not change (see ``SegmentEncoder.prefetch_job``)."""
-        if self.encoder is None or self._native is None or not messages:
+        them again). Only with the segment cache and the native renderer, and while a
+        worker is free (under load every core is busy anyway: measure then encodes them as
+        before); a no-op otherwise. Measurements do not change (see
+        ``SegmentEncoder.prefetch_job``)."""
+        if self.encoder is None or self._native is None or not messages or self._prefetching >= PREFETCH_WORKERS:
             return
         entries = [_shared_template_entry(m, self.render_reasoning) for m in messages]
         text = self._native([e[0] for e in entries], None, False, memos=[e[1] for e in entries],
@@ -424,14 +427,19 @@ class HFChatMeter:
 
         def run() -> None:
             started.set()
-            job()
+            try:
+                job()
+            finally:
+                with self._prefetch_lock:
+                    self._prefetching -= 1
 
         with self._prefetch_lock:
             if self._prefetcher is None:
                 self._prefetcher = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="ctxd-prefetch")
+            self._prefetching += 1
             self._prefetcher.submit(run)
-        # hand the GIL over until the worker is inside the GIL-free encode (bounded: a busy
-        # pool just means the segments are encoded later, or by measure itself)
+        # hand the GIL over until the worker is inside the GIL-free encode (bounded, in case
+        # the pool filled up meanwhile: the segments are then encoded later, or by measure)
         started.wait(PREFETCH_HANDOFF_S)
 
     def measure(self, conversation: Conversation) -> Measurement:

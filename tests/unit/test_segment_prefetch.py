@@ -130,3 +130,23 @@ def test_prefetch_is_a_no_op_without_the_segment_cache_or_native_render(tok: Any
     for meter in (HFChatMeter(tok, render_cache="native"), HFChatMeter(tok, render_cache="none")):
         meter.prefetch(_leaf(1, "n"))
         assert meter._prefetcher is None
+
+
+def test_prefetch_does_nothing_while_every_worker_is_busy(tok: Any) -> None:
+    """Under load (every prefetch worker busy) a GET does not wait for a worker: nothing is
+    claimed or queued, and measure encodes the messages itself, exactly."""
+    from app.tokenizers.hf import PREFETCH_WORKERS
+
+    meter = _meter(tok)
+    meter._prefetching = PREFETCH_WORKERS
+    new = _leaf(2, "busy")
+    counting = _CountingBatch(meter.encoder)
+    meter.prefetch(new)
+    assert not counting.pieces and not meter.encoder._inflight and meter._prefetcher is None
+    meter._prefetching = 0
+    conv = Conversation(system="sys", tools=(), trunk="task", leaf=new)
+    assert list(meter.measure(conv).ids) == tok.apply_chat_template(template_messages(conv), add_generation_prompt=True,
+                                                                    tokenize=True, return_dict=False)
+    meter.prefetch(_leaf(1, "idle"))  # a free worker again: the job runs and the count comes back down
+    meter._prefetcher.shutdown(wait=True)
+    assert meter._prefetching == 0 and counting.pieces
