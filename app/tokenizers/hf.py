@@ -429,6 +429,9 @@ class HFChatMeter:
             started.set()
             try:
                 job()
+            except Exception:  # measure encodes the segments itself: slower, still exact
+                log.warning("prefetch: tokenizing the new messages failed; the request encodes them itself",
+                            exc_info=True)
             finally:
                 with self._prefetch_lock:
                     self._prefetching -= 1

@@ -150,3 +150,50 @@ def test_prefetch_does_nothing_while_every_worker_is_busy(tok: Any) -> None:
     meter.prefetch(_leaf(1, "idle"))  # a free worker again: the job runs and the count comes back down
     meter._prefetcher.shutdown(wait=True)
     assert meter._prefetching == 0 and counting.pieces
+
+
+def test_prefetch_beside_the_tokenizer_used_from_other_threads(tok: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Peer fault (vllm-project/vllm#34789: HF fast tokenizers used from several threads at
+    once; tokenizers' "Already borrowed" RuntimeError): prefetch jobs encode on their
+    workers while this thread renders and tokenizes with the same tokenizer
+    (apply_chat_template through transformers, counts and cuts through the backend). No job
+    fails (a failure is logged) and every measurement stays exact."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="app.tokenizers.hf")
+    meter = _meter(tok)
+    leaf: tuple[LeafMessage, ...] = ()
+    for round_ in range(12):
+        new = _leaf(2, f"t{round_}")
+        meter.prefetch(new)
+        leaf = leaf + new
+        conv = Conversation(system="sys", tools=(BASH,), trunk="task", leaf=leaf)
+        expected = tok.apply_chat_template(template_messages(conv), tools=[BASH], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+        assert meter.count_text(new[1].content) > 0
+        assert meter.head_tail(new[1].content * 40, 20, 20)[2] > 0
+        assert list(meter.measure(conv).ids) == expected
+    meter._prefetcher.shutdown(wait=True)
+    assert not [r for r in caplog.records if "prefetch" in r.getMessage()], caplog.text
+
+
+def test_a_failed_prefetch_job_is_logged_and_the_request_stays_exact(tok: Any,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="app.tokenizers.hf")
+    meter = _meter(tok)
+    real = meter.encoder._batch
+
+    def broken(pieces: list[str], **kwargs: Any) -> Any:
+        raise RuntimeError("Already borrowed")
+
+    meter.encoder._batch = broken
+    new = _leaf(1, "f")
+    meter.prefetch(new)
+    meter._prefetcher.shutdown(wait=True)
+    meter.encoder._batch = real
+    assert "prefetch: tokenizing the new messages failed" in caplog.text and not meter.encoder._inflight
+    conv = Conversation(system="sys", tools=(), trunk="task", leaf=new)
+    assert list(meter.measure(conv).ids) == tok.apply_chat_template(template_messages(conv), add_generation_prompt=True,
+                                                                    tokenize=True, return_dict=False)
