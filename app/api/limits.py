@@ -26,9 +26,9 @@ class BodyTooLarge(HTTPException):
     """A request body over the limit; ``extra`` goes into the problem+json body."""
 
     def __init__(self, max_bytes: int, *, size_bytes: int | None = None) -> None:
-        seen = f"{size_bytes:,} bytes" if size_bytes is not None else "more"
-        super().__init__(413, f"request body of {seen} exceeds the limit of {max_bytes:,} bytes "
-                              "(setting CTXD_MAX_BODY_BYTES)")
+        # a streamed body (no Content-Length) is refused once it passes the limit: its size is not known
+        seen = f"request body of {size_bytes:,} bytes" if size_bytes is not None else "request body (streamed)"
+        super().__init__(413, f"{seen} exceeds the limit of {max_bytes:,} bytes (setting CTXD_MAX_BODY_BYTES)")
         self.extra: dict[str, Any] = {"max_bytes": max_bytes}
         if size_bytes is not None:
             self.extra["size_bytes"] = size_bytes

@@ -100,7 +100,7 @@ def tombstone_text(node: ObservationNode, state: ItemState) -> str:
     superseded it (``path@rM``, the first write after the read, or an external change, with
     its seq), one instruction, and the handle of the whole output (12 hex chars, once: the
     recall tool's ``handle`` or ``GET /v1/handles/{handle}`` reads it back). E.g.
-    ``[ctxd tombstone: src/a.py@r2 lines 1-80 superseded by src/a.py@r3 (write, seq 57).
+    ``[ctxd tombstone: src/a.py@r2 lines 1:80 superseded by src/a.py@r3 (write, seq 57).
     Re-read before use; output: handle 3f9a2c1b7d4e]``: 57 Qwen3 tokens for one read
     (seed 000 section 4.7.3 budgets 24; the labels and the handle alone take about 40),
     about 20 more per further read. Reads of one revision superseded by the same change are

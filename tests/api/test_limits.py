@@ -96,6 +96,8 @@ def test_streamed_body_is_cut_off_at_the_limit(client: TestClient) -> None:
     r = client.post(f"/v1/sessions/{sid}/events", content=chunks(raw), headers={"content-type": "application/json"})
     body = assert_problem(r, 413)
     assert body["max_bytes"] == MAX_BODY and "size_bytes" not in body
+    # before: "request body of more exceeds the limit ..." (found by a fresh user)
+    assert body["detail"] == f"request body (streamed) exceeds the limit of {MAX_BODY:,} bytes (setting CTXD_MAX_BODY_BYTES)"
     assert state(client, sid) == (0, 0)
     small = json.dumps({"events": events[:3]}).encode()
     ok = client.post(f"/v1/sessions/{sid}/events", content=chunks(small), headers={"content-type": "application/json"})

@@ -179,16 +179,16 @@ def test_a_single_read_tombstone_is_short_and_names_the_read_the_write_and_the_h
 
     handle = "3f9a2c1b7d4e" + "5" * 52
     events = [write(5, "src/a.py", 1), write(9, "src/a.py", 2),
-              replace(read(41, "src/a.py", revision=2, range="1-80"), handle=handle), write(57, "src/a.py", 3)]
+              replace(read(41, "src/a.py", revision=2, range="1:80"), handle=handle), write(57, "src/a.py", 3)]
     text = plan_invalidation(build_graph(events), mode="tombstone").choices[41].text
-    assert text == ("[ctxd tombstone: src/a.py@r2 lines 1-80 superseded by src/a.py@r3 (write, seq 57). "
+    assert text == ("[ctxd tombstone: src/a.py@r2 lines 1:80 superseded by src/a.py@r3 (write, seq 57). "
                     "Re-read before use; output: handle 3f9a2c1b7d4e]")
     assert text.startswith("[ctxd tombstone: ")
-    assert "src/a.py@r2 lines 1-80" in text and "src/a.py@r3 (write, seq 57)" in text
+    assert "src/a.py@r2 lines 1:80" in text and "src/a.py@r3 (write, seq 57)" in text
     assert text.count("3f9a2c1b7d4e") == 1 and handle[12:] not in text
     meter = MeterRegistry(LocalLRUCache(1 << 20)).get(ProfileRegistry(load_profiles()).get("qwen3"))
     assert meter.count_text(text) <= TOMBSTONE_BOUND
-    old = ("[ctxd tombstone: historical output of seq 41: src/a.py@r2 lines 1-80 was superseded by src/a.py@r3 "
+    old = ("[ctxd tombstone: historical output of seq 41: src/a.py@r2 lines 1:80 was superseded by src/a.py@r3 "
            "(write at seq 57). It stays true of the revision it read; the whole output is handle 3f9a2c1b7d4e "
            "(GET /v1/handles/3f9a2c1b7d4e). Read the file again before relying on or editing it.]")
     assert meter.count_text(old) == 103 and meter.count_text(text) <= meter.count_text(old) * 0.56
