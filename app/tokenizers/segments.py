@@ -492,6 +492,11 @@ _AS_REUSED = {"added": "added", "hit": "hit", "miss": "hit"}  # a reused segment
 PREFETCH_WAIT_S = 5.0  # seconds encode waits for a prefetch's segments before encoding them itself
 
 
+def _unusable(value: bytes | None) -> bool:
+    """A cache miss, or a stored value that is not whole uint32 ids (encoded again)."""
+    return value is None or not value or len(value) % 4 != 0
+
+
 def _probe_texts(specs: Sequence[AddedTokenSpec]) -> list[str]:
     probes = ["", "plain text only", " \n\t leading and trailing ws \n ", "é e\u0301 Å", "ab" * 40]
     contents = [s.content for s in specs][:64]
@@ -581,23 +586,7 @@ class SegmentEncoder:
         """
         t0 = time.perf_counter()
         segs = self.splitter.split(text)
-        # distinct text segments -> first index
-        keys: list[bytes] = []
-        key_index: dict[str, int] = {}
-        seg_key: list[int] = []
-        n_added = 0
-        for s, e, tid in segs:
-            if tid >= 0:
-                seg_key.append(-1)
-                n_added += 1
-                continue
-            piece = text[s:e]
-            k = key_index.get(piece)
-            if k is None:
-                k = key_index[piece] = len(keys)
-                keys.append(self.key(piece))
-            seg_key.append(k)
-        pieces = list(key_index)  # insertion order == keys order
+        pieces, keys, seg_key, n_added = self._pieces(text, segs)
 
         t1 = time.perf_counter()
         values = self.cache.get_many(keys) if keys else []
@@ -608,7 +597,7 @@ class SegmentEncoder:
         blobs: list[bytes | None] = []
         miss_idx: list[int] = []
         for i, v in enumerate(values):
-            if v is None or not v or len(v) % 4:
+            if _unusable(v):
                 blobs.append(None)
                 miss_idx.append(i)
             else:
@@ -681,6 +670,27 @@ class SegmentEncoder:
             stats=stats,
         )
 
+    def _pieces(self, text: str, segs: list[tuple[int, int, int]]) -> tuple[list[str], list[bytes], list[int], int]:
+        """``text``'s distinct text segments (first-seen order) and their cache keys, per
+        segment of ``segs`` the index of its piece (-1: an added token), and the number of
+        added-token segments."""
+        keys: list[bytes] = []
+        key_index: dict[str, int] = {}
+        seg_key: list[int] = []
+        n_added = 0
+        for s, e, tid in segs:
+            if tid >= 0:
+                seg_key.append(-1)
+                n_added += 1
+                continue
+            piece = text[s:e]
+            k = key_index.get(piece)
+            if k is None:
+                k = key_index[piece] = len(keys)
+                keys.append(self.key(piece))
+            seg_key.append(k)
+        return list(key_index), keys, seg_key, n_added  # insertion order == keys order
+
     def prefetch_job(self, text: str) -> Callable[[], None] | None:
         """What :meth:`encode` would tokenize of ``text`` (its text segments not in the
         cache and not being encoded already), as a job that encodes them in one batch and
@@ -690,15 +700,13 @@ class SegmentEncoder:
         the job has stored them, :meth:`encode` waits for its segments instead of encoding
         them again. The cache then holds exactly what encoding a segment gives, whoever
         encodes it, so a prefetch never changes a result, only who pays for it."""
-        pieces = list(dict.fromkeys(text[s:e] for s, e, tid in self.splitter.split(text) if tid < 0))
+        pieces, keys, _, _ = self._pieces(text, self.splitter.split(text))
         if not pieces:
             return None
-        keys = [self.key(piece) for piece in pieces]
         values = self.cache.get_many(keys)
         done = threading.Event()
         with self._inflight_lock:
-            claimed = [i for i, v in enumerate(values) if (v is None or not v or len(v) % 4)
-                       and keys[i] not in self._inflight]
+            claimed = [i for i, v in enumerate(values) if _unusable(v) and keys[i] not in self._inflight]
             for i in claimed:
                 self._inflight[keys[i]] = done
         if not claimed:
