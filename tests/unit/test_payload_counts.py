@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 
@@ -28,11 +29,20 @@ class Recorder:
             raise RuntimeError("boom")
 
 
-def test_a_count_waits_while_a_request_is_in_flight_and_runs_once_idle() -> None:
-    activity = Activity()
-    count = Recorder()
-    counter = PayloadCounter(count, activity, settle=0.05, max_delay=10)
+@contextmanager
+def running(*, settle: float, max_delay: float, count: Recorder | None = None
+            ) -> Iterator[tuple[Activity, Recorder, PayloadCounter]]:
+    """A payload counter over a fresh Activity and ``count`` (a Recorder), closed after."""
+    activity, recorder = Activity(), count if count is not None else Recorder()
+    counter = PayloadCounter(recorder, activity, settle=settle, max_delay=max_delay)
     try:
+        yield activity, recorder, counter
+    finally:
+        counter.close()
+
+
+def test_a_count_waits_while_a_request_is_in_flight_and_runs_once_idle() -> None:
+    with running(settle=0.05, max_delay=10) as (activity, count, counter):
         activity.begin()  # the agent's GET arrived
         done = counter.submit("s1", ["h1"])
         time.sleep(0.3)
@@ -42,15 +52,10 @@ def test_a_count_waits_while_a_request_is_in_flight_and_runs_once_idle() -> None
         done.result(timeout=5)
         assert [c[:2] for c in count.calls] == [("s1", ["h1"])]
         assert count.calls[0][2] - ended >= 0.05, "it waited the settle time after the request ended"
-    finally:
-        counter.close()
 
 
 def test_a_request_arriving_within_the_settle_time_defers_the_count() -> None:
-    activity = Activity()
-    count = Recorder()
-    counter = PayloadCounter(count, activity, settle=0.2, max_delay=10)
-    try:
+    with running(settle=0.2, max_delay=10) as (activity, _, counter):
         activity.begin()
         activity.end()  # the POST answered
         done = counter.submit("s1", ["h1"])
@@ -60,31 +65,23 @@ def test_a_request_arriving_within_the_settle_time_defers_the_count() -> None:
         assert not done.done()
         activity.end()
         done.result(timeout=5)
-    finally:
-        counter.close()
 
 
 def test_a_busy_worker_still_counts_after_the_maximum_delay() -> None:
-    activity = Activity()
-    count = Recorder()
-    counter = PayloadCounter(count, activity, settle=0.05, max_delay=0.2)
-    activity.begin()  # never idle
-    try:
-        queued = time.monotonic()
-        counter.submit("s1", ["h1"]).result(timeout=5)
-        assert 0.15 <= count.calls[0][2] - queued < 3
-    finally:
-        activity.end()
-        counter.close()
+    with running(settle=0.05, max_delay=0.2) as (activity, count, counter):
+        activity.begin()  # never idle
+        try:
+            queued = time.monotonic()
+            counter.submit("s1", ["h1"]).result(timeout=5)
+            assert 0.15 <= count.calls[0][2] - queued < 3
+        finally:
+            activity.end()
 
 
 def test_jobs_of_one_session_queued_together_are_one_count_and_failures_are_logged(
         caplog: pytest.LogCaptureFixture) -> None:
-    activity = Activity()
-    count = Recorder(fail="bad")
-    counter = PayloadCounter(count, activity, settle=0.05, max_delay=10)
-    activity.begin()
-    try:
+    with running(settle=0.05, max_delay=10, count=Recorder(fail="bad")) as (activity, count, counter):
+        activity.begin()
         futures = [counter.submit("s1", ["h1", "h2"]), counter.submit("bad", ["x"]), counter.submit("s1", ["h2", "h3"])]
         assert counter.pending == 3
         with caplog.at_level(logging.ERROR, logger="ctxd"):
@@ -94,8 +91,6 @@ def test_jobs_of_one_session_queued_together_are_one_count_and_failures_are_logg
         assert sorted(c[:2] for c in count.calls) == [("bad", ["x"]), ("s1", ["h1", "h2", "h3"])]
         assert "counting the tokens of 1 payload(s) of session bad failed" in caplog.text
         assert counter.pending == 0
-    finally:
-        counter.close()
 
 
 def test_close_counts_what_is_queued_and_later_jobs_run_in_the_caller() -> None:
