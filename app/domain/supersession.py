@@ -4,9 +4,9 @@ table 9, notebook 4.4). Pure standard library.
 Choices per historical observation shown in the request:
 
 * ``tombstone``: replaced in place by a short marker (:func:`tombstone_text`) naming the
-  revision read, the write that superseded it (``path@rN``) and the handle of the whole output. For a superseded
-  read of an artifact the agent is editing: its own write superseded a ``file`` binding
-  (the region later edits target). In place changes earlier tokens: the prefix is
+  revision read, the write that superseded it (``path@rN``) and the handle of the whole
+  output. For a superseded read of an artifact the agent is editing: its own write
+  superseded a ``file`` binding (the region later edits target). In place changes earlier tokens: the prefix is
   recomputed from that message on the call that first shows the tombstone.
 * ``notice``: the output stays; a notice naming ``path@rN`` is appended after the turn
   group of the change (at the end of the request when it first shows, so earlier tokens
