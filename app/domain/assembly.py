@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 from app.domain.budget import Budget, check_pinned, split_share
-from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record, pinned_group
+from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record
 from app.domain.compaction.forecast import GROWTH_WINDOW, PassForecast, forecast_pass, recent_growth
 from app.domain.compaction.record import ProgressRecord, longest
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
@@ -60,7 +60,9 @@ from app.domain.types import (
     ConclusionEvent,
     DocumentEvent,
     Event,
+    HypothesisEvent,
     MessageEvent,
+    ObligationEvent,
     PlanEvent,
     Session,
     StepEvent,
@@ -147,8 +149,8 @@ class _Grouping:
     in a cache is never changed (another thread may be reading it): it is copied, then
     extended."""
 
-    __slots__ = ("documents", "firsts", "got", "groups", "last_seq", "messages", "owner", "plans", "seen", "step", "steps",
-                 "writes")
+    __slots__ = ("conclusions", "documents", "firsts", "got", "groups", "last_seq", "messages", "note_entries", "notes",
+                 "owner", "pinned", "plans", "seen", "step", "steps", "writes")
 
     def __init__(self) -> None:
         self.seen: list[Event] = []
@@ -163,11 +165,20 @@ class _Grouping:
         self.writes: list[ArtifactWriteEvent] = []
         self.documents: list[DocumentEvent] = []  # every retrieved document (issue 16), in seq order
         self.plans: list[PlanEvent] = []  # every plan version, in seq order
+        self.notes: list[Event] = []  # every hypothesis and obligation event, in seq order
+        self.note_entries: list[dict[str, Any]] | None = None  # note_items(notes), once asked
+        self.conclusions: list[ConclusionEvent] = []  # a child's conclusions in its own session, in seq order
+        self.pinned: int | None = None  # the newest user message's group (compaction.fold.pinned_group)
 
     def extend(self, events: Sequence[Event]) -> None:
         """Add ``events`` (in seq order, after every event seen so far)."""
         touched: set[int] = set()
         for event in events:
+            if isinstance(event, (HypothesisEvent, ObligationEvent)):
+                self.notes.append(event)
+                self.note_entries = None
+            elif isinstance(event, ConclusionEvent):
+                self.conclusions.append(event)
             if isinstance(event, (PlanEvent, ChildConclusionEvent)):
                 # a plan version or a child's conclusion: a user message of its own at its seq
                 # (app/domain/scratchpad.py), so the leaf stays append-only when one arrives
@@ -180,6 +191,8 @@ class _Grouping:
                 self.firsts.append(event.seq)
                 self.got.append({})
                 self.groups.append(TurnGroup(message=event))
+                if event.role == "user" and event.kind == "message":
+                    self.pinned = index
                 for call in event.tool_calls:
                     self.owner[call.call_id] = index
                 if event.tool_calls:
@@ -214,7 +227,16 @@ class _Grouping:
         out.owner, out.got, out.groups = dict(self.owner), list(self.got), list(self.groups)
         out.step, out.steps, out.writes = self.step, list(self.steps), list(self.writes)
         out.documents, out.plans = list(self.documents), list(self.plans)
+        out.notes, out.note_entries, out.conclusions = list(self.notes), self.note_entries, list(self.conclusions)
+        out.pinned = self.pinned
         return out
+
+    def note_items(self) -> list[dict[str, Any]]:
+        """:func:`app.domain.notes.note_items` of the notes seen so far (kept until one more
+        arrives: a GET without a new note does not scan the session's events for them)."""
+        if self.note_entries is None:
+            self.note_entries = note_items(self.notes)
+        return self.note_entries
 
     @classmethod
     def of(cls, events: Sequence[Event], cache: MutableMapping[Any, Any]) -> _Grouping:
@@ -1065,7 +1087,7 @@ class _GroupView:
     count learnt later changes the items only. Invalidation is applied per request, on top
     (``apply_invalidation``, ``_with_invalidation``)."""
 
-    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "message_span", "messages")
+    __slots__ = ("_bounded", "_items", "_warnings", "events", "invalidated", "kept", "message_span", "messages")
 
     def __init__(self, events: tuple[Event, ...], messages: tuple[LeafMessage, ...],
                  counts: tuple[int | None, ...], bounded: dict[str, BoundedResult]) -> None:
@@ -1075,6 +1097,10 @@ class _GroupView:
         self._items: dict[tuple[str, tuple[int | None, ...]], tuple[Item, ...]] = {}
         self._warnings: tuple[frozenset[str], tuple[str, ...]] | None = None
         self.invalidated: dict[Any, Any] = {}  # _with_invalidation's memo
+        # its kept items with the plan applied at the last GET: (its items before, the seqs of
+        # their leaf tool results, those seqs' states and choices, the items after, the summary
+        # counts they added, the bindings they presented); assemble_window's items loop
+        self.kept: tuple[Any, ...] | None = None
         self.message_span: ElidedSpan | None = None  # a user message cut to head + tail (bound_user_message)
 
     def items(self, group: TurnGroup, placement: str, counts: tuple[int | None, ...],
@@ -1346,7 +1372,7 @@ def assemble_window(
     rejected: list[tuple[int, tuple[Any, ...]]] = []  # (fold point, findings) of passes rejected by the check
     warnings_extra: list[str] = []
 
-    pin = pinned_group(groups) if fold is not None else None  # the newest user message: never folded
+    pin = grouping.pinned if fold is not None else None  # the newest user message: never folded (pinned_group)
 
     def build(k: int, newest_messages: tuple[LeafMessage, ...] | None = None) -> tuple[Conversation, Measurement]:
         kept = leaf_groups[k:] if newest_messages is None else \
@@ -1465,12 +1491,12 @@ def assemble_window(
     derived = derived_by_k.get(k, {})
     ranges: list[EventRange] = []
     pinned_at = groups[pin] if pin is not None else None
-    note_events = [e for e in events if e.kind in ("hypothesis", "obligation")]
+    note_events = grouping.notes
     record_now = records.get(k)
     folded_now = frozenset(record_now.folded_seqs) if record_now is not None and fold is not None else frozenset()
     # bookkeeping accounted like notes: a child's conclusions (not rendered in its own requests)
     # and the replaced documents (issue 16)
-    side_events: list[Event] = [*(e for e in events if isinstance(e, ConclusionEvent)), *documents.replaced]
+    side_events: list[Event] = [*grouping.conclusions, *documents.replaced]
     range_key = (tuple(groups[:older]), step, tuple(known_counts[:older]), next(iter(derived), None),
                  fold is not None, pin, tuple(e.seq for e in note_events if e.seq < boundary),
                  tuple((e.seq, e.seq in folded_now) for e in side_events if e.seq < boundary))
@@ -1539,7 +1565,19 @@ def assemble_window(
         if not states:
             items.extend(group_items)
             continue
+        kept = view.kept
+        if kept is not None and kept[0] is group_items and tuple(map(states.get, kept[1])) == kept[2] \
+                and tuple(map(choices.get, kept[1])) == kept[3]:
+            # the same items under states and choices equal to the last GET's: its outcome
+            # (per item a function of the item, its state and choice, see _with_invalidation)
+            items.extend(kept[4])
+            for name, value in kept[5]:
+                summary[name] += value
+            presented.update(kept[6])
+            continue
         held_states = view.invalidated
+        start, before = len(items), dict(summary)
+        presented_here: list[str] = []
         for item in group_items:
             if item.kind == "tool_result" and item.zone == "leaf":
                 state = states.get(item.seq)
@@ -1558,8 +1596,15 @@ def assemble_window(
                     item = _with_invalidation(item, plan, meter, partial(_tool_text, raw_groups[index], item.seq),
                                               summary, held_states)
                 if item.state == "current":
-                    presented.update(item.bindings)  # those naming a revision kept below
+                    presented_here.extend(item.bindings)  # those naming a revision kept below
             items.append(item)
+        presented.update(presented_here)
+        if fitted is None or index != newest:
+            result_seqs = tuple(i.seq for i in group_items if i.kind == "tool_result" and i.zone == "leaf")
+            view.kept = (group_items, result_seqs, tuple(map(states.get, result_seqs)), tuple(map(choices.get, result_seqs)),
+                         tuple(items[start:]),
+                         tuple((name, summary[name] - before[name]) for name in summary if summary[name] != before[name]),
+                         tuple(presented_here))
     made: dict[Any, Any] = cache.setdefault("bookkeeping items", {})  # held_item's memo (this GET's keys kept)
     used = len(made)
     for write in writes:
@@ -1586,7 +1631,7 @@ def assemble_window(
                               why=f"a later step (seq {step.seq if step else '-'}) replaced it"))
     items.extend(Item(seq=n["seq"], event_id=n["event_id"], kind=n["kind"], zone=n["zone"],
                       representation=Representation(n["representation"]), why=n["why"])
-                 for n in note_items(events) if n["seq"] >= boundary)
+                 for n in grouping.note_items() if n["seq"] >= boundary)
     items.extend(_side_items(documents, side_events, conversation, boundary=boundary, folded=folded_now,
                              why_folded=lambda seq: folded_why(seq, previous_cut_seq, cut_seq),
                              document_spans=document_spans))

@@ -9,8 +9,9 @@ import dataclasses
 from app.api import deps
 from app.domain.assembly import assemble_window
 from app.domain.budget import Budget
-from app.domain.compaction.fold import Fold
+from app.domain.compaction.fold import Fold, pinned_group
 from app.domain.compaction.watermarks import Watermarks
+from app.domain.notes import note_items
 from app.domain.types import HypothesisEvent, ObligationEvent, StepEvent
 from tests.unit.test_window_policy import SESSION, session_events
 from tests.unit.wordmeter import WordMeter
@@ -28,6 +29,7 @@ def same(a, b) -> None:
     assert a.measurement.total == b.measurement.total and a.measurement.by_zone == b.measurement.by_zone
     assert a.items == b.items and a.elided == b.elided and a.ranges == b.ranges
     assert a.cut_seq == b.cut_seq and a.warnings == b.warnings and a.derived_payloads == b.derived_payloads
+    assert a.invalidation == b.invalidation
 
 
 def test_a_growing_session_assembles_as_without_a_memo_and_reuses_unchanged_groups() -> None:
@@ -80,6 +82,11 @@ def test_select_with_a_memo_assembles_as_without_and_keeps_notes_out_of_the_grou
         assert not notes & {m.seq for m in got.conversation.leaf}, "notes are never leaf messages"
         grouping = cache["turn groups"]
         assert grouping.writes == [] and not notes & {s for g in grouping.groups for s in g.seqs}
+        # what the grouping keeps as it grows equals what a scan of every event finds
+        assert [e.seq for e in grouping.notes] == sorted(notes)
+        assert grouping.note_items() == note_items(prefix) and len(grouping.note_items()) == len(notes)
+        assert grouping.pinned == pinned_group(grouping.groups)
+        assert grouping.conclusions == []
         assert not cache.get("elision notes"), "the record replaces the note: no note is cached"
         assert "Elided history" not in got.conversation.trunk
         passes += got.cut_seq > cut

@@ -6,6 +6,7 @@ must leave nothing claimed when the encode fails. Real Qwen3 tokenizer, real thr
 from __future__ import annotations
 
 import threading
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall
 from app.tokenizers.hf import HFChatMeter, template_messages
 from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
-from app.tokenizers.segments import LocalLRUCache, SegmentEncoder
+from app.tokenizers.segments import LocalLRUCache, SegmentEncoder, unpack_ids
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
@@ -197,3 +198,39 @@ def test_a_failed_prefetch_job_is_logged_and_the_request_stays_exact(tok: Any,
     conv = Conversation(system="sys", tools=(), trunk="task", leaf=new)
     assert list(meter.measure(conv).ids) == tok.apply_chat_template(template_messages(conv), add_generation_prompt=True,
                                                                     tokenize=True, return_dict=False)
+
+
+JOIN_EDGES = [
+    "plain ascii", "  leading and trailing spaces  ", "\n\nnewlines\n", "tab\tand é ✓ 汉字 emoji 😀",
+    "ends with a lone <", "<|im_", "_end|> and half tokens <tool", "</tool_response", "x" * 3000,
+    "def f():\n    return '<<<ctxd-data>>>'\n", " ", "\n", "a",
+]
+
+
+def test_joined_prefetch_encode_equals_each_piece_encoded_alone(tok: Any) -> None:
+    """The prefetch encodes its pieces as ONE input joined by an added token (one core busy
+    instead of the tokenizer's whole pool beside the caller): every piece's ids equal its own
+    encode, at edges where a piece ends or starts like part of an added token, and on the
+    messages of a real render."""
+    encoder = SegmentEncoder.from_hf(tok, cache=LocalLRUCache(1024 * 1024), verify=False)
+    assert encoder._joiner is not None and encoder._joiner.content in {s.content for s in encoder.splitter.specs}
+    meter = _meter(tok)
+    rendered = meter.render(template_messages(Conversation(system="s", trunk="t", leaf=_leaf(4, "j"), tools=(BASH,))),
+                            [BASH])
+    real = [rendered[s:e] for s, e, tid in encoder.split(rendered) if tid < 0]
+    for pieces in (JOIN_EDGES, real, list(reversed(JOIN_EDGES)), JOIN_EDGES[:2]):
+        alone = [list(enc.ids) for enc in tok.backend_tokenizer.encode_batch(pieces, add_special_tokens=False)]
+        assert [unpack_ids(b) for b in encoder.encode_joined(pieces)] == alone
+
+
+def test_joined_encode_falls_back_to_the_batch_when_the_joins_do_not_split(tok: Any) -> None:
+    """A joiner the splitter does not find at exactly the joins (forced here: a spec whose
+    content is not an added token) is not trusted: the pieces are encoded as a batch, exactly."""
+    encoder = SegmentEncoder.from_hf(tok, cache=LocalLRUCache(1024 * 1024), verify=False)
+    assert encoder._joiner is not None
+    encoder._joiner = dc_replace(encoder._joiner, content="|")
+    calls = _CountingBatch(encoder)
+    pieces = ["a | b", "c", "d|e"]
+    assert [unpack_ids(b) for b in encoder.encode_joined(pieces)] == \
+        [list(enc.ids) for enc in tok.backend_tokenizer.encode_batch(pieces, add_special_tokens=False)]
+    assert calls.pieces == pieces, "encoded one by one in a batch, not joined"
