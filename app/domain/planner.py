@@ -146,7 +146,7 @@ def plan_request(
     decided = assembly.invalidation
     new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
                                        shown_upto=decided.shown_upto, folded=assembly.evicted_now > 0)
-    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
+    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire, memo=memo)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
                           prev_ids=trusted.packed if trusted is not None and prev_state else None,
@@ -254,12 +254,14 @@ def _notice_follows(assembly: Assembly, seq: int) -> bool:
     return message is not None and "[ctxd notice:" in message.content.rsplit("<<<end-ctxd-data>>>", 1)[-1]
 
 
-def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat) -> tuple[dict[str, Any], tuple[int, ...]]:
+def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
+              memo: MutableMapping[Any, Any] | None = None) -> tuple[dict[str, Any], tuple[int, ...]]:
     """The request's layout digest (with ``last_seq``: with the cut, what rebuilds it) and
     its cache breakpoints (token offsets: the ends of the root, the trunk and the request,
-    for a format that marks them)."""
+    for a format that marks them). ``memo``: the session's leaf cache (see
+    :func:`~app.domain.prefix_layout.layout_digest`)."""
     m = assembly.measurement
-    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
+    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
     digest["last_seq"] = last_seq
     breakpoints: tuple[int, ...] = ()
     if wire.cache_breakpoints:
@@ -293,7 +295,7 @@ def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: Pr
         return None
     if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:
         return None
-    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire)
+    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire, memo=memo)
     rebuilt = predict_reuse(None, assembly.measurement.ids or (), cache_model, breakpoints=breakpoints)
     candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain, layout=digest)
     return candidate if candidate.matches(previous) else None
