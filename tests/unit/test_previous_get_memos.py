@@ -1,7 +1,9 @@
-"""The openai body's bytes reuse the previous body's leaf JSON (app/wire/openai.py
-``serialize_bytes(memo=...)``; issue 9, speed): whatever the sequence of requests
-(extending, diverging, shorter, equal values in new objects, a message orjson refuses),
-the body and bytes equal those built without the memo, and the bytes equal
+"""What a GET takes from the previous GET of its session (issue 9, speed): the openai
+body's leaf JSON (app/wire/openai.py ``serialize_bytes(memo=...)``), the layout digest's
+leaf entries (app/domain/prefix_layout.py ``layout_digest(memo=...)``) and the window
+items' cut figures (app/domain/planner.py ``_cut_items``). Whatever the sequence of
+requests (extending, diverging, shorter, equal values in new objects, a message orjson
+refuses), each equals what is computed without the memo, and the bytes equal
 ``orjson.dumps(body)``."""
 
 from __future__ import annotations
@@ -91,3 +93,26 @@ def test_layout_digests_with_the_memo_equal_digests_without_it() -> None:
             x.memo.clear()
         assert got == layout_digest(conversation, by_zone=by_zone, cut_seq=i), i
         assert [e[0] for e in got["leaf"]] == [x.seq for x in leaf]
+
+
+def test_cut_item_figures_with_the_memo_equal_figures_without_it() -> None:
+    """planner ``_cut_items``: the sum of the items' elided tokens and whether every cut or
+    elided item's count is known, for windows that extend, change in place (a count
+    learned later), shrink, or hold equal items in new objects."""
+    from app.domain.manifest import Item, Representation
+    from app.domain.planner import _cut_items
+
+    def item(seq: int, cut: int = 0, known: bool | None = True, rep: Representation = Representation.VERBATIM) -> Item:
+        return Item(seq=seq, event_id=f"e{seq}", kind="tool_result", representation=rep, why="w",
+                    elided_tokens=cut, tokens_known=known)
+
+    a, b = item(1), item(2, cut=40, rep=Representation.HEAD_TAIL)
+    c_unknown = item(3, cut=0, known=False, rep=Representation.HEAD_TAIL)
+    c_known = item(3, cut=25, rep=Representation.HEAD_TAIL)
+    d = item(4, known=False)  # not cut: an unknown count does not matter
+    windows = [(a,), (a, b), (a, b, c_unknown), (a, b, c_unknown, d), (a, b, c_known, d), (a, b), (),
+               (item(1), item(2, cut=40, rep=Representation.HEAD_TAIL), item(3, cut=25, rep=Representation.HEAD_TAIL))]
+    expected = [(0, True), (40, True), (40, False), (40, False), (65, True), (40, True), (0, True), (65, True)]
+    memo: dict[Any, Any] = {}
+    for window, want in zip(windows, expected):
+        assert _cut_items(window, memo) == _cut_items(window, None) == want, window
