@@ -168,6 +168,7 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
     if states is None:
         states = graph.observation_states()
     made: dict[int, Choice] = memo.setdefault("invalidation choices", {}) if memo is not None else {}
+    judgements: dict[int, tuple[Any, ...]] = memo.setdefault("invalidation judgements", {}) if memo is not None else {}
 
     def chosen(seq: int, name: ChoiceName, state: ItemState, key: int, text: str | None = None) -> Choice:
         """The choice, the same object as the last plan's when equal (compared by identity)."""
@@ -190,9 +191,16 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
             continue
         if state.state != HISTORICAL:
             continue
-        first = min(state.superseded, key=lambda s: s.change.seq).change
-        key = first.seq
-        editing = all(s.change.cause == "write" and node_kind(node, s.artifact) == "file" for s in state.superseded)
+        # the first superseding change and whether the agent is editing the artifact: a
+        # function of the state and the node, kept with the state object (the same from GET to GET)
+        judged = judgements.get(seq)
+        if judged is not None and judged[0] is state and judged[1] is node:
+            key, editing = judged[2], judged[3]
+        else:
+            key = min(state.superseded, key=lambda s: s.change.seq).change.seq
+            editing = all(s.change.cause == "write" and node_kind(node, s.artifact) == "file"
+                          for s in state.superseded)
+            judgements[seq] = (state, node, key, editing)
         if mode == "notice" or (mode == "auto" and not editing):
             choice: ChoiceName = "notice"
         elif mode == "tombstone":

@@ -714,9 +714,12 @@ class SegmentEncoder:
         if not claimed:
             return None
 
+        todo = [pieces[i] for i in claimed]
+        joined = self._joined(todo)
+
         def job() -> None:
             try:
-                blobs = self.encode_joined([pieces[i] for i in claimed])
+                blobs = self._encode_joined(todo, joined)
                 self.cache.set_many({keys[i]: blob for i, blob in zip(claimed, blobs)})
             finally:
                 with self._inflight_lock:
@@ -738,24 +741,34 @@ class SegmentEncoder:
         what one thread encodes in ~0.5 ms); one input keeps one core busy. Falls back to
         the batch when no such token exists, or when the joined text does not split at
         exactly the joins."""
+        return self._encode_joined(pieces, self._joined(pieces))
+
+    def _joined(self, pieces: Sequence[str]) -> str | None:
+        """``pieces`` joined by the joiner token when the joined text splits at exactly the
+        joins (None: encode them as a batch). Cheap (one regex scan): the caller's thread
+        does it, so a prefetch worker runs almost nothing but the GIL-free encode."""
         joiner = self._joiner
         if joiner is None or len(pieces) < 2:
-            return [pack_ids(enc.ids) for enc in self._batch(list(pieces), add_special_tokens=False)]
+            return None
         joined = joiner.content.join(pieces)
         if [tid for _, _, tid in self.splitter.split(joined) if tid >= 0] != [joiner.id] * (len(pieces) - 1):
-            # the joiner met a neighbour in a longer added token (not so for any shipped tokenizer)
-            return [pack_ids(enc.ids) for enc in self._batch(list(pieces), add_special_tokens=False)]
-        ids = self._batch([joined], add_special_tokens=False)[0].ids
-        out: list[bytes] = []
-        start = 0
-        for i, tid in enumerate(ids):
-            if tid == joiner.id:
-                out.append(pack_ids(ids[start:i]))
-                start = i + 1
-        out.append(pack_ids(ids[start:]))
-        if len(out) != len(pieces):  # cannot happen for a verified tokenizer; stay exact anyway
-            return [pack_ids(enc.ids) for enc in self._batch(list(pieces), add_special_tokens=False)]
-        return out
+            return None  # the joiner met a neighbour in a longer added token (not so for any shipped tokenizer)
+        return joined
+
+    def _encode_joined(self, pieces: Sequence[str], joined: str | None) -> list[bytes]:
+        if joined is not None and self._joiner is not None:
+            ids = self._batch([joined], add_special_tokens=False)[0].ids
+            joiner_id = self._joiner.id
+            out: list[bytes] = []
+            start = 0
+            for i, tid in enumerate(ids):
+                if tid == joiner_id:
+                    out.append(pack_ids(ids[start:i]))
+                    start = i + 1
+            out.append(pack_ids(ids[start:]))
+            if len(out) == len(pieces):  # always, for a verified tokenizer; stay exact anyway
+                return out
+        return [pack_ids(enc.ids) for enc in self._batch(list(pieces), add_special_tokens=False)]
 
     def _after_prefetch(self, keys: list[bytes], values: list[bytes | None]) -> list[bytes | None]:
         """``values`` with the misses a prefetch is encoding looked up again once it has
