@@ -454,8 +454,9 @@ def appended_events(rows: Sequence[EventRow], texts: Mapping[str, str]) -> list[
     through the JSON columns' serializer and deserializer (app/store/db.py), as the
     database returns it. ``texts``: the tool results' texts by handle (``view`` or
     ``handle``), as stored."""
+    payloads = dict(texts)
     return [event_from_row(_AppendedRow(row.seq, row.event_id, row.kind, json_loads(json_dumps(row.body)),
-                                        row.created_at), dict(texts)) for row in rows]
+                                        row.created_at), payloads) for row in rows]
 
 
 def event_count(db: OrmSession, session_id: str) -> int:

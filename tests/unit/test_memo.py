@@ -231,5 +231,8 @@ def test_extend_appends_only_dense_seqs_after_the_memo(factory) -> None:
     assert memo.extend("a", step[:2]) and memo.bytes > 0
     assert not memo.extend("a", step[3:5]) and not memo.extend("a", [step[2], step[4]]) and not memo.extend("a", [])
     assert memo.extend("a", step[2:5])
+    # a late hand-over of events the memo already holds (a slower POST's, after a GET read
+    # newer ones: praxis-proxy/ai#877's kind, a stale writer overwriting a newer cache) is refused
+    assert not memo.extend("a", step[:2]) and not memo.extend("a", step[4:5])
     assert memo.events("a", 5, lambda after: pytest.fail("nothing to read")) == step
     assert memo.events("a", 3, lambda after: pytest.fail("nothing to read")) == step[:3]
