@@ -306,7 +306,8 @@ class Harness:
         batch = EventBatch.model_validate({"events": list(events)})
         with self.factory() as db:
             out = session_service.ingest_events(db, session_id, [e.model_dump(mode="json") for e in batch.events],
-                                                shell_states=self.shell_states)
+                                                shell_states=self.shell_states,
+                                                memo=self.memo_for(meters) if meters is not None else None)
             db.commit()
         seconds = time.perf_counter() - t0
         if meters is not None and out["new_tool_outputs"]:

@@ -20,6 +20,7 @@ from app.domain.errors import DomainError
 from app.domain.manifest import (
     CacheReport,
     Divergence,
+    Item,
     LayoutReport,
     Manifest,
     Representation,
@@ -146,7 +147,7 @@ def plan_request(
     decided = assembly.invalidation
     new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
                                        shown_upto=decided.shown_upto, folded=assembly.evicted_now > 0)
-    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire)
+    digest, breakpoints = _identify(assembly, state.last_seq, wire=wire, memo=memo)
     prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
     reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
                           prev_ids=trusted.packed if trusted is not None and prev_state else None,
@@ -166,6 +167,7 @@ def plan_request(
         breakpoints=breakpoints, first_divergence=divergence,
     )
     items, elided = assembly.items, assembly.elided
+    cut_tokens, cut_known = _cut_items(items, memo)
     manifest = Manifest(
         session_id=state.session.id, profile=policy.profile, format=wire.name, last_seq=state.last_seq,
         request_sha256=body_digest.hexdigest,
@@ -175,13 +177,10 @@ def plan_request(
                             cut_seq=assembly.cut_seq, version=new_layout.version, evicted_now=assembly.evicted_now,
                             elision_index=tuple(sorted(assembly.derived_payloads))),
         items=items, elided=elided, ranges=assembly.ranges,
-        elided_tokens=sum(filter(None, map(_TOKENS, elided))) + sum(r.tokens for r in assembly.ranges)
-        + sum(map(_ELIDED_TOKENS, items)),
+        elided_tokens=sum(filter(None, map(_TOKENS, elided))) + sum(r.tokens for r in assembly.ranges) + cut_tokens,
         # False while some elided or cut output's token count is not known yet (it is counted
         # once after its POST): elided_tokens then sums the known ones
-        elided_tokens_exact=all(i.tokens_known is not False for i in (*elided, *items)
-                                if i.representation in _CUT_OR_ELIDED)
-        and all(r.tokens_known for r in assembly.ranges),
+        elided_tokens_exact=cut_known and _counts_known(elided) and all(r.tokens_known for r in assembly.ranges),
         layout_warnings=(*assembly.warnings, *wire.layout_warnings(assembly.conversation)),
         compaction=compaction_report(assembly, policy, new_layout),
         invalidation=assembly.invalidation,
@@ -196,6 +195,33 @@ def plan_request(
         reuse=reuse, assembly=assembly,
     )
 
+
+
+def _counts_known(items: Sequence[Item]) -> bool:
+    """Whether every cut or elided item of ``items`` has its token count known."""
+    return all(i.tokens_known is not False for i in items if i.representation in _CUT_OR_ELIDED)
+
+
+#: key of the session memo's entry (:func:`_cut_items`): the last request's items, the sum
+#: of their elided tokens and whether their cut items' counts are all known
+_CUT_ITEMS = ("planner", "cut items")
+
+
+def _cut_items(items: tuple[Item, ...], memo: MutableMapping[Any, Any] | None) -> tuple[int, bool]:
+    """The tokens head + tail cuts left out of the window's ``items`` (the known counts) and
+    whether every cut or elided item's count is known. ``memo`` (the session's leaf cache)
+    keeps them for the last request's items, so a window whose items begin with those
+    (equal items; the usual case) adds up only the new ones. The same figures either way."""
+    held = memo.get(_CUT_ITEMS) if memo is not None else None
+    done, tokens, known = 0, 0, True
+    if held is not None and len(held[0]) <= len(items) and items[:len(held[0])] == held[0]:
+        done, tokens, known = len(held[0]), held[1], held[2]
+    new = items[done:]
+    tokens += sum(map(_ELIDED_TOKENS, new))
+    known = known and _counts_known(new)
+    if memo is not None:
+        memo[_CUT_ITEMS] = (items, tokens, known)
+    return tokens, known
 
 
 def compaction_report(assembly: Assembly, policy: Policy, layout: LayoutState) -> dict[str, Any]:
@@ -254,12 +280,14 @@ def _notice_follows(assembly: Assembly, seq: int) -> bool:
     return message is not None and "[ctxd notice:" in message.content.rsplit("<<<end-ctxd-data>>>", 1)[-1]
 
 
-def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat) -> tuple[dict[str, Any], tuple[int, ...]]:
+def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
+              memo: MutableMapping[Any, Any] | None = None) -> tuple[dict[str, Any], tuple[int, ...]]:
     """The request's layout digest (with ``last_seq``: with the cut, what rebuilds it) and
     its cache breakpoints (token offsets: the ends of the root, the trunk and the request,
-    for a format that marks them)."""
+    for a format that marks them). ``memo``: the session's leaf cache (see
+    :func:`~app.domain.prefix_layout.layout_digest`)."""
     m = assembly.measurement
-    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq)
+    digest = layout_digest(assembly.conversation, by_zone=m.by_zone, cut_seq=assembly.cut_seq, memo=memo)
     digest["last_seq"] = last_seq
     breakpoints: tuple[int, ...] = ()
     if wire.cache_breakpoints:
@@ -293,7 +321,7 @@ def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: Pr
         return None
     if assembly.measurement.total != previous.length or assembly.cut_seq != previous.cut_seq:
         return None
-    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire)
+    digest, breakpoints = _identify(assembly, previous.last_seq, wire=wire, memo=memo)
     rebuilt = predict_reuse(None, assembly.measurement.ids or (), cache_model, breakpoints=breakpoints)
     candidate = RememberedIds(state=rebuilt.state, packed=rebuilt.packed, chain=rebuilt.chain, layout=digest)
     return candidate if candidate.matches(previous) else None

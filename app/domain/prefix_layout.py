@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from app.domain.layout import Conversation, LeafMessage
@@ -32,22 +32,39 @@ def leaf_digest(m: LeafMessage) -> str:
     return digest.hexdigest()[:16]
 
 
-def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int) -> dict[str, Any]:
+#: key of the session memo's entry (``layout_digest(memo=...)``): the last digest's leaf
+#: messages and entries, its trunk and the trunk's hash
+_LAST_DIGEST = ("layout digest", "last")
+
+
+def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int,
+                  memo: MutableMapping[Any, Any] | None = None) -> dict[str, Any]:
     """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index).
 
     Each leaf message's entry ``[seq, role, digest]`` is computed once per message and kept
     in its own memo (``LeafMessage.memo``): a session's leaf is mostly its previous
-    request's messages."""
-    leaf = []
-    for m in conversation.leaf:
+    request's messages. ``memo`` (the session's leaf cache): the last digest's leaf entries
+    and trunk hash are kept there, so a request whose leaf begins with the last one's
+    (equal messages) takes those entries whole, and an equal trunk is not hashed again.
+    The same digest either way."""
+    messages = conversation.leaf
+    held = memo.get(_LAST_DIGEST) if memo is not None else None
+    leaf: list[Any] = []
+    if held is not None and len(held[0]) <= len(messages) and messages[:len(held[0])] == held[0]:
+        leaf = list(held[1])
+    done = len(leaf)
+    for m in messages[done:]:
         entry = m.memo.get("digest")
         if entry is None:
             entry = m.memo["digest"] = [m.seq, m.role, leaf_digest(m)]
         leaf.append(entry)
+    trunk_sha = held[3] if held is not None and held[2] == conversation.trunk else _sha(conversation.trunk)
+    if memo is not None:
+        memo[_LAST_DIGEST] = (messages, tuple(leaf), conversation.trunk, trunk_sha)
     root_end = int(by_zone["root"])
     return {
         "root_sha": _sha([conversation.system, list(conversation.tools)]),
-        "trunk_sha": _sha(conversation.trunk),
+        "trunk_sha": trunk_sha,
         "root_end": root_end,
         "trunk_end": root_end + int(by_zone["trunk"]),
         "cut_seq": cut_seq,

@@ -2,7 +2,9 @@
 
 Per session:
 
-* events: the parsed events up to a seq; the next GET fetches only later rows.
+* events: the parsed events up to a seq; the next GET fetches only later rows. A POST
+  appends the events it committed (:meth:`AssemblyMemo.extend`), so a GET after a POST
+  to the same worker reads no event rows at all.
 * leaf: a map from what a turn group's leaf messages depend on to those messages (and
   bounded tool outputs); see ``assemble_window(leaf_cache=...)``.
 * prefix: per wire format, the last served request's ids (packed little-endian uint32),
@@ -28,7 +30,7 @@ session) the service reads the database and rebuilds, with identical results.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +136,27 @@ class AssemblyMemo:
             entry.seen, entry.events = last_seq, events
             self._resize(entry, before)
         return list(events)
+
+    def extend(self, session_id: str, events: Sequence[Event]) -> bool:
+        """Append events just committed (a POST's batch, in seq order) to the session's
+        memoized events, so that the next GET of this worker reads none of them. Only when
+        they follow the memoized ones exactly (dense seqs from the memo's last seq + 1; a
+        session the memo does not hold only from seq 1); otherwise nothing changes and the
+        GET reads what the memo lacks. The caller passes events of a committed transaction
+        only, equal to what the repository reads back. Returns whether they were appended."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            seen = entry.seen if entry is not None else 0
+            if not events or any(event.seq != seen + 1 + i for i, event in enumerate(events)):
+                return False
+            entry = entry if entry is not None else self._entry(session_id)
+            before = entry.size
+            # a new list: a GET outside the lock may hold the old one
+            entry.events = [*entry.events, *events]
+            entry.event_bytes += sum(map(_event_bytes, events))
+            entry.seen = events[-1].seq
+            self._resize(entry, before)
+            return True
 
     def leaf_cache(self, session_id: str) -> dict[Any, Any]:
         """The session's leaf cache (see ``assemble_window(leaf_cache=...)``)."""

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import InvalidMessage, MessageConflict
+from app.services.memo import AssemblyMemo
 from app.services.sessions import (
     check_protected_text,
     ingest_events,
@@ -36,7 +37,8 @@ def merged_instructions(current: str, text: str) -> str:
 
 def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage], *, start: int,
                     profiles: ProfileRegistry, meters: MeterRegistry | None, max_payload_bytes: int | None = None,
-                    redact: bool = True, shell_states: ShellStates | None = None) -> dict[str, Any]:
+                    redact: bool = True, shell_states: ShellStates | None = None,
+                    memo: AssemblyMemo | None = None) -> dict[str, Any]:
     """Append provider messages posted at positions ``start``, ``start + 1``, ... (one
     transaction, all or nothing; the caller commits). ``mapped``: the messages as
     :func:`app.wire.inbound.map_messages` maps them, their events validated.
@@ -45,7 +47,8 @@ def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage]
     ``duplicate``, the seqs of its events) and a :class:`MessageConflict` (409) otherwise; a
     message at a new position is appended (status ``created``): its events through
     :func:`ingest_events` (event ids ``msg:<position>``), a system / developer message into
-    the session's instructions (:func:`merged_instructions`).
+    the session's instructions (:func:`merged_instructions`). ``memo``: as
+    :func:`ingest_events`'s (the worker's memo receives the committed events).
 
     Returns ``{"session_id", "last_seq", "next_position", "messages": [{position, status,
     event_ids, seqs, instructions}], "new_tool_outputs"}``.
@@ -91,7 +94,7 @@ def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage]
         new.append((m, digest))
         events.extend(m.events)
     ingested: dict[str, Any] = ingest_events(db, session_id, events, max_payload_bytes=max_payload_bytes,
-                                             redact=redact, shell_states=shell_states) \
+                                             redact=redact, shell_states=shell_states, memo=memo) \
         if events else {"last_seq": row.last_seq, "results": [], "new_tool_outputs": []}
     results = iter(list(ingested["results"]))
     rows = []

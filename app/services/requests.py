@@ -102,6 +102,8 @@ class Wire:
     profile: Profile
     session_id: str
     model: str | None = None  # the session's own model for its bodies; None: the profile's
+    #: the session's leaf cache (the openai body reuses the previous body's leaf JSON from it)
+    memo: MutableMapping[Any, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def zones(self) -> Mapping[str, str]:
@@ -123,7 +125,8 @@ class Wire:
         if self.name == "openai":
             body, encoded = openai_wire.serialize_bytes(conversation, model=model, max_tokens=profile.output_reserve,
                                                         prompt_cache_key=prompt_cache_key(self.session_id),
-                                                        chat_template_kwargs=profile.chat_template_kwargs)
+                                                        chat_template_kwargs=profile.chat_template_kwargs,
+                                                        memo=self.memo)
             counted = measurement.extra.get("openai_messages")
             if isinstance(counted, list):
                 body["messages"] = counted
@@ -307,7 +310,7 @@ def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,
     if previous is not None and previous.manifest_id is not None:
         base = memo.manifest(session_id, fmt)
         hit = base is not None and base.id == previous.manifest_id
-        metrics.ASSEMBLY_MEMO.labels("hit" if hit else "miss").inc()
+        _child(metrics.ASSEMBLY_MEMO, "hit" if hit else "miss").inc()
         if not hit:  # served by another worker (or evicted, or a restart): read it
             base = repo.load_manifest(db, session_id, previous.manifest_id)
     counts = known_payload_tokens(db, tokenizer_of(state.session.profile), events, memo.leaf_cache(session_id))
@@ -450,7 +453,8 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         plan = plan_request(served_state(loaded.state, profile), loaded.events,
                             policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
                                                 current=loaded.record_source, candidate=candidate),
-                            wire=Wire(fmt, profile, session_id, loaded.state.model), cache_model=cache_model_for(profile, fmt),
+                            wire=Wire(fmt, profile, session_id, loaded.state.model, memo=memo.leaf_cache(session_id)),
+                            cache_model=cache_model_for(profile, fmt),
                             meter=meters.get(profile), previous=loaded.previous,
                             remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
                             payload_tokens=loaded.payload_tokens,
@@ -530,7 +534,7 @@ def planned_pass(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, m
     profile = profiles.get(loaded.state.session.profile)
     plan = plan_request(served_state(loaded.state, profile), loaded.events,
                         policy=with_sources(policy_for(profile), current=loaded.record_source, candidate=None),
-                        wire=Wire("openai", profile, session_id, loaded.state.model),
+                        wire=Wire("openai", profile, session_id, loaded.state.model, memo=stash),
                         cache_model=cache_model_for(profile, "openai"), meter=meters.get(profile), memo=stash,
                         payload_tokens=loaded.payload_tokens)
     record = plan.assembly.record

@@ -28,11 +28,12 @@ from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.text import first_control_string, split_lines
 from app.observability import metrics
 from app.services import redaction
+from app.services.memo import AssemblyMemo
 from app.services.shell_inference import Inference, ShellStates
 from app.store import repository as repo
 from app.store import search as search_store
 from app.store.db import after_commit
-from app.store.tables import ArtifactRow, SessionRow, iso_utc, utcnow
+from app.store.tables import ArtifactRow, EventRow, SessionRow, iso_utc, utcnow
 from app.store.tenancy import own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
@@ -158,7 +159,7 @@ def _checked_payload(data: bytes, max_bytes: int | None, *, index: int, event_id
 
 def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]], *,
                   max_payload_bytes: int | None = None, redact: bool = True,
-                  shell_states: ShellStates | None = None) -> dict[str, Any]:
+                  shell_states: ShellStates | None = None, memo: AssemblyMemo | None = None) -> dict[str, Any]:
     """Append a batch of events in one transaction (all or nothing; the caller commits).
 
     Each event is a validated dict with ``event_id`` and ``kind``. A repeated ``event_id``
@@ -176,6 +177,11 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
 
     ``shell_states``: the process's shell inference states (``app.state.shell_states``,
     app/services/shell_inference.py); None: a batch that infers rebuilds its session's.
+
+    ``memo``: the worker's assembly memo (``app.state.memo``): once the transaction has
+    committed, the batch's new events are appended to the session's memoized events
+    (:meth:`~app.services.memo.AssemblyMemo.extend`), so the next GET of this worker reads
+    no event rows.
 
     Returns ``{"session_id", "last_seq", "results": [{event_id, seq, status, revision?}],
     "new_tool_outputs": [handles of the tool results created by this batch]}``.
@@ -204,6 +210,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     appended: dict[str, int] = {}  # events created by kind, and the kinds of secrets redacted: counted
     redacted: list[str] = []       # in the metrics once the batch is committed (never a rolled-back one)
     results: list[dict[str, Any]] = []
+    stored: list[EventRow] = []  # this session's new event rows, in seq order
+    rendered_texts: dict[str, str] = {}  # the new tool results' texts by the handle they render
     seq = row.last_seq
     plans: int | None = None  # plan versions stored so far (read once, at the batch's first plan)
     inference = Inference(db, row, shell_states)  # bindings inferred from declared shell tools' commands (issue 11)
@@ -260,9 +268,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                 write["revision"] = repo.bump_artifact(db, session_id, write["artifact"], write.get("content_hash"))
                 write["inferred_from"] = call_id
                 write_id = f"infer:{result_seq}:{j}"
-                repo.append_event(db, session_id=session_id, seq=seq, event_id=write_id, kind="artifact_write",
-                                  body=write, body_sha256=_fingerprint({"event_id": write_id, "kind": "artifact_write",
-                                                                       **write}))
+                stored.append(repo.append_event(
+                    db, session_id=session_id, seq=seq, event_id=write_id, kind="artifact_write", body=write,
+                    body_sha256=_fingerprint({"event_id": write_id, "kind": "artifact_write", **write})))
                 texts.extend((seq, field, text) for field, text in searchable_texts("artifact_write", write))
                 appended["artifact_write"] = appended.get("artifact_write", 0) + 1
             if call_id in new_calls:
@@ -316,7 +324,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                 raise InvalidEvent(f"event {index} ({event_id!r}): depends_on {unknown} names no earlier event of this "
                                    f"session (earlier seqs are 1..{seq})", depends_on=unknown, **where)
         seq += 1
-        repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body, body_sha256=digest)
+        stored.append(repo.append_event(db, session_id=session_id, seq=seq, event_id=event_id, kind=kind, body=body,
+                                        body_sha256=digest))
+        if rendered is not None:
+            rendered_texts[repo.text_handle(body)] = rendered
         texts.extend((seq, field, text) for field, text in searchable_texts(kind, body, rendered))
         seen[event_id] = (digest, {"seq": seq, "revision": revision})
         results.append({"event_id": event_id, "seq": seq, "status": "created", "revision": revision})
@@ -329,6 +340,12 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     search_store.add_event_texts(db, session_id, texts)
     if appended or redacted:
         after_commit(db, lambda: _count_ingested(appended, redacted))
+    if memo is not None and stored:
+        committed = repo.appended_events(stored, rendered_texts)
+
+        def remember() -> None:
+            memo.extend(session_id, committed)
+        after_commit(db, remember)
     return {"session_id": session_id, "last_seq": seq, "results": results, "new_tool_outputs": new_outputs}
 
 

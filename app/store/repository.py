@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC
-from typing import Any, cast
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, cast
 
 import orjson
 from sqlalchemy import JSON, Connection, CursorResult, Result, Row, bindparam, func, select, update
@@ -38,6 +38,7 @@ from app.domain.types import (
     ToolResultEvent,
 )
 from app.store import delta, json_parts
+from app.store.db import json_dumps, json_loads
 from app.store.tables import (
     ArtifactRow,
     EventRow,
@@ -337,7 +338,16 @@ def text_handle(body: dict[str, Any]) -> str:
     return str(body.get("view") or body["handle"])
 
 
-def event_from_row(row: EventRow | Row[Any], payloads: dict[str, str]) -> Event:
+class _AppendedRow(NamedTuple):
+    """An event row as read back (see :func:`appended_events`)."""
+    seq: int
+    event_id: str
+    kind: str
+    body: dict[str, Any]
+    created_at: datetime | None
+
+
+def event_from_row(row: EventRow | Row[Any] | _AppendedRow, payloads: dict[str, str]) -> Event:
     """The domain event of an event row (an ORM row or a Core row with ``seq, event_id,
     kind, body, created_at``); ``payloads``: handle -> text of the tool results' texts."""
     body = row.body
@@ -436,6 +446,17 @@ def load_events(db: Db, session_id: str, *, after_seq: int = 0, upto_seq: int | 
     if handles:
         payloads = {sha: bytes(data).decode("utf-8") for sha, data in db.execute(_PAYLOADS, {"handles": handles})}
     return [event_from_row(row, payloads) for row in rows]
+
+
+def appended_events(rows: Sequence[EventRow], texts: Mapping[str, str]) -> list[Event]:
+    """The domain events of event rows a transaction appended (flushed, so ``created_at``
+    is set), equal to what :func:`load_events` reads back once committed: each body goes
+    through the JSON columns' serializer and deserializer (app/store/db.py), as the
+    database returns it. ``texts``: the tool results' texts by handle (``view`` or
+    ``handle``), as stored."""
+    payloads = dict(texts)
+    return [event_from_row(_AppendedRow(row.seq, row.event_id, row.kind, json_loads(json_dumps(row.body)),
+                                        row.created_at), payloads) for row in rows]
 
 
 def event_count(db: OrmSession, session_id: str) -> int:

@@ -7,7 +7,7 @@ per-call field (request id, time) enters the body, so equal inputs give equal by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import orjson
@@ -65,23 +65,40 @@ def serialize(conversation: Conversation, *, model: str, max_tokens: int,
                            chat_template_kwargs=chat_template_kwargs)[0]
 
 
+#: key of the session memo's entry (``serialize_bytes(memo=...)``): the last body's leaf, its
+#: message dicts, the body's bytes and where the leaf's JSON lies in them
+_LEAF_JSON = ("openai", "leaf json")
+
+
 def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
                     prompt_cache_key: str | None = None,
-                    chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bytes | None]:
+                    chat_template_kwargs: Mapping[str, Any] | None = None,
+                    memo: MutableMapping[Any, Any] | None = None) -> tuple[dict[str, Any], bytes | None]:
     """:func:`serialize`'s body and its compact JSON (``orjson.dumps(body)``, byte for byte),
     joined from each leaf message's JSON built once; None when orjson refuses a part (the
-    caller then serializes the body itself)."""
+    caller then serializes the body itself).
+
+    ``memo``: the session's leaf cache (``assemble_window(leaf_cache=...)``). The last body's
+    leaf is kept there with its bytes, so a body whose leaf begins with that leaf (equal
+    messages; the usual case, a request extending the previous one) takes that part of the
+    messages and of the bytes whole and converts only the new messages. The same body and
+    bytes either way."""
     head = [{"role": "system", "content": conversation.system}, {"role": "user", "content": conversation.trunk}]
-    messages: list[dict[str, Any]] = list(head)
-    parts: list[bytes] | None = []
-    for m in conversation.leaf:
+    leaf = conversation.leaf
+    held = memo.get(_LEAF_JSON) if memo is not None else None
+    if held is not None and (len(held[0]) > len(leaf) or leaf[:len(held[0])] != held[0]):
+        held = None
+    leaf_messages: list[dict[str, Any]] = list(held[1]) if held is not None else []
+    parts: list[bytes | memoryview] | None = [memoryview(held[2])[held[3]:held[4]]] \
+        if held is not None and held[4] > held[3] else []
+    for m in leaf[len(held[0]) if held is not None else 0:]:
         out, encoded = m.memo.get("openai") or _message(m)
-        messages.append(out)
+        leaf_messages.append(out)
         if encoded is None:
             parts = None
         elif parts is not None:
             parts.append(encoded)
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": head + leaf_messages}
     if conversation.tools:
         body["tools"] = [dict(t) for t in conversation.tools]
     if prompt_cache_key:
@@ -91,12 +108,21 @@ def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
     if parts is None:
         return body, None
     try:
-        chunks = [b'{"model":', orjson.dumps(model), b',"max_tokens":', orjson.dumps(max_tokens),
-                  b',"messages":[', b",".join([orjson.dumps(m) for m in head] + parts), b"]"]
+        chunks: list[bytes | memoryview] = [b'{"model":', orjson.dumps(model), b',"max_tokens":',
+                                            orjson.dumps(max_tokens), b',"messages":[', orjson.dumps(head[0]), b",",
+                                            orjson.dumps(head[1])]
+        start = sum(map(len, chunks)) + (1 if parts else 0)  # the leaf's JSON begins after its comma
+        for part in parts:
+            chunks += (b",", part)
+        end = sum(map(len, chunks))
+        chunks.append(b"]")
         for key in ("tools", "prompt_cache_key", "chat_template_kwargs"):
             if key in body:
                 chunks += [b',"', key.encode(), b'":', orjson.dumps(body[key])]
     except TypeError:  # e.g. an integer beyond 64 bits in a tool's schema
         return body, None
     chunks.append(b"}")
-    return body, b"".join(chunks)
+    encoded_body = b"".join(chunks)
+    if memo is not None:
+        memo[_LEAF_JSON] = (leaf, leaf_messages, encoded_body, start, end)
+    return body, encoded_body

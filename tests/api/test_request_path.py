@@ -257,3 +257,50 @@ def test_no_database_lock_is_held_while_a_request_is_planned(pair: tuple[TestCli
         answer = pending.result(30)
     assert posted.status_code == 200 and answer.status_code == 200
     assert answer.json()["manifest"]["last_seq"] == 2, "the GET serves the snapshot it read"
+
+
+def _event_reads(client: TestClient) -> tuple[list[str], Callable[[], None]]:
+    """The statements ``client``'s engine sends that read event rows or payloads, and a
+    function that stops recording them."""
+    from sqlalchemy import event
+
+    engine = client.app.state.engine  # type: ignore[attr-defined]
+    seen: list[str] = []
+
+    def capture(*args: object) -> None:
+        sql = str(args[2]).lower()
+        if sql.lstrip().startswith("select") and ("from events" in sql or "from payloads" in sql):
+            seen.append(sql)
+
+    event.listen(engine, "before_cursor_execute", capture)
+    return seen, lambda: event.remove(engine, "before_cursor_execute", capture)
+
+
+def test_a_get_after_a_post_to_the_same_worker_reads_no_event_rows_and_serves_what_another_worker_serves(
+        pair: tuple[TestClient, TestClient]) -> None:
+    """Issue 9 (speed): a POST hands the events it committed to its worker's memo, through
+    /events and /messages alike, so that worker's next GET reads no event row or payload;
+    the other worker reads them from storage and serves the same bodies and token counts."""
+    from tests.api.test_provider_messages import openai_history, post_messages
+
+    a, b = pair
+    sid = new_session(a, **TINY_SESSION)
+    history = openai_history()
+    steps = [lambda: post(a, sid, assistant("a1", "c1"), result("r1", "c1", "x = 1\n" * 20)),
+             lambda: post_messages(a, sid, history[1:4], start=0),
+             lambda: post(a, sid, {"event_id": "s1", "kind": "step", "text": "run the tests"})]
+    assert a.get(f"/v1/sessions/{sid}/request").status_code == 200  # the memo holds the session from here
+    for step in steps:
+        response = step()
+        assert getattr(response, "status_code", 200) == 200
+        reads, stop = _event_reads(a)
+        try:
+            mine = {fmt: a.get(f"/v1/sessions/{sid}/request?format={fmt}").json() for fmt in ("openai", "anthropic")}
+        finally:
+            stop()
+        assert reads == [], "the POST's events came from the memo"
+        theirs = {fmt: b.get(f"/v1/sessions/{sid}/request?format={fmt}").json() for fmt in ("openai", "anthropic")}
+        for fmt in ("openai", "anthropic"):
+            assert mine[fmt]["request"] == theirs[fmt]["request"], fmt
+            assert mine[fmt]["manifest"]["tokens"] == theirs[fmt]["manifest"]["tokens"]
+            assert mine[fmt]["manifest"]["last_seq"] == theirs[fmt]["manifest"]["last_seq"]

@@ -15,6 +15,7 @@ from app.domain.prefix import (
     PrefixState,
     block_hashes,
     body_sha256,
+    common_prefix_len,
     predict_reuse,
     prefix_state,
 )
@@ -324,3 +325,29 @@ def test_body_sha256_hashes_only_after_the_common_prefix() -> None:
     assert after.marks[:4] == before.marks[:4]  # 16k..64k lie within the 70,000 common bytes
     assert all(a[1] is b[1] for a, b in zip(after.marks[:4], before.marks[:4]))
     assert before.hexdigest == hashlib.sha256(first).hexdigest()  # reused midstates were not updated
+
+
+def _naive_common_prefix(a: str | bytes, b: str | bytes) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\u00e9\U0001f600", max_size=80), st.text(alphabet="ab\u00e9", max_size=80),
+       st.integers(0, 80))
+def test_common_prefix_len_equals_a_char_by_char_scan(a: str, tail: str, keep: int) -> None:
+    """The binary search for the first difference gives the naive scan's answer, for text
+    and for bytes (compared through a memoryview), whether one extends the other or not."""
+    b = a[:keep] + tail
+    for x, y in ((a, b), (b, a), (a.encode(), b.encode()), (b.encode(), a.encode())):
+        assert common_prefix_len(x, y) == _naive_common_prefix(x, y)
+
+
+def test_common_prefix_len_of_long_bodies_finds_the_exact_byte() -> None:
+    """Bodies of a few hundred kB differing at one byte anywhere, or one extending the other."""
+    body = bytes(range(256)) * 1200  # 307,200 bytes
+    for at in (0, 1, 4095, 4096, 150_001, len(body) - 1):
+        changed = body[:at] + bytes([(body[at] + 1) % 256]) + body[at + 1:]
+        assert common_prefix_len(body, changed) == common_prefix_len(changed, body) == at
+        assert common_prefix_len(body[:at], body) == common_prefix_len(body, body[:at]) == at
+    assert common_prefix_len(body, body) == len(body)

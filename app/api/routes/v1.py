@@ -102,7 +102,8 @@ def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, 
         request, background, uow, profiles, meters, memo, caller, session_id, results="results",
         ingest=lambda db: session_service.ingest_events(db, session_id, events,
                                                         max_payload_bytes=settings.max_payload_bytes,
-                                                        redact=settings.redact_secrets, shell_states=shell_states)))
+                                                        redact=settings.redact_secrets, shell_states=shell_states,
+                                                        memo=memo)))
 
 
 def _ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: Profiles, meters: Meters,
@@ -153,7 +154,8 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
         request, background, uow, profiles, meters, memo, caller, session_id, results="messages",
         ingest=lambda db: message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
                                                           meters=meters, max_payload_bytes=settings.max_payload_bytes,
-                                                          redact=settings.redact_secrets, shell_states=shell_states)))
+                                                          redact=settings.redact_secrets, shell_states=shell_states,
+                                                          memo=memo)))
 
 
 async def _counted(done: Future[None]) -> None:
