@@ -8,9 +8,11 @@ an elided item named with its handle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import compress, count
 from typing import Any
 
 from app.domain.budget import Budget
@@ -507,13 +509,22 @@ class Manifest:
     compaction: Mapping[str, Any] | None = None
     invalidation: InvalidationReport | None = None  # None in manifests served before issue 11
 
-    def to_json(self) -> dict[str, Any]:
-        """The manifest as served (``id`` last, when stored)."""
+    def to_json(self, previous: tuple[Manifest, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """The manifest as served (``id`` last, when stored).
+
+        ``previous``: an earlier manifest and its JSON (from this method, ``items`` and
+        ``elided`` as built): a session's items are reused from GET to GET and their JSON
+        is built once (:meth:`Item.to_json`), so for the leading items that are the same
+        objects as ``previous``'s, its entries are taken as they are (the same dicts) instead
+        of reading every item again. The result is the same."""
+        before = previous[0] if previous is not None else None
+        before_json = previous[1] if previous is not None else {}
         out: dict[str, Any] = {
             "session_id": self.session_id, "profile": self.profile, "format": self.format, "last_seq": self.last_seq,
             "request_sha256": self.request_sha256, "tokens": self.tokens.to_json(), "budget": dict(self.budget),
             "cache": self.cache.to_json(), "layout": self.layout.to_json(),
-            "items": _items_json(self.items), "elided": _items_json(self.elided),
+            "items": _items_json(self.items, before.items if before else (), before_json.get("items")),
+            "elided": _items_json(self.elided, before.elided if before else (), before_json.get("elided")),
         }
         if self.invalidation is not None:
             out["invalidation"] = self.invalidation.to_json()
@@ -550,9 +561,19 @@ class Manifest:
         )
 
 
-def _items_json(items: tuple[Item, ...]) -> list[dict[str, Any]]:
-    """Each item's JSON (:meth:`Item.to_json`; the memo read inline: hundreds a manifest)."""
-    return [i.__dict__.get("_json") or i.to_json() for i in items]
+def shared_prefix(before: Sequence[Any], after: Sequence[Any]) -> int:
+    """How many leading elements of ``after`` are the same objects as ``before``'s (found
+    in C, without reading the objects)."""
+    return next(compress(count(), map(operator.is_not, before, after)), min(len(before), len(after)))
+
+
+def _items_json(items: tuple[Item, ...], before: tuple[Item, ...] = (),
+                before_json: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Each item's JSON (:meth:`Item.to_json`; the memo read inline: hundreds a manifest),
+    the leading ones that are ``before``'s items taken from ``before_json`` (their JSON)."""
+    reused = before_json[:shared_prefix(before, items)] if before_json is not None and len(before_json) == len(before) \
+        else []
+    return reused + [i.__dict__.get("_json") or i.to_json() for i in items[len(reused):]]
 
 
 @dataclass(frozen=True)

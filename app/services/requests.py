@@ -481,8 +481,9 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
             source = plan.assembly.record.source if plan.assembly.record is not None else None
             stash[_source_key(plan.layout)] = RecordSource.from_dict(source) \
                 if source is not None and "folded_seqs" in source else None
-        manifest_bytes = orjson.dumps(saved.data | {"id": saved.id})
-        memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=len(manifest_bytes))
+        manifest_bytes = saved.json_bytes()
+        # the memo holds the manifest's JSON and its parts' bytes (the next delta's base)
+        memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=2 * len(manifest_bytes))
         _observe(profile, plan, policy)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
                                 body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,

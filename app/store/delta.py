@@ -19,10 +19,12 @@ values (dict key order included).
 from __future__ import annotations
 
 import operator
-from itertools import compress, count
+from collections.abc import Container
 from typing import Any
 
 import orjson
+
+from app.domain.manifest import shared_prefix
 
 
 def _key(value: Any) -> bytes:
@@ -30,9 +32,10 @@ def _key(value: Any) -> bytes:
 
 
 def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
-    # the leading run of the same objects (an extending manifest's items up to the newest),
-    # found in C; the walk below starts after it
-    prefix = next(compress(count(), map(operator.is_not, base, new)), min(len(base), len(new)))
+    # the leading run of the same objects (an extending manifest's items up to the newest:
+    # consecutive manifests share their unchanged items, see ``Item.to_json``); the walk
+    # below starts after it
+    prefix = shared_prefix(base, new)
     ops: list[Any] = [[0, prefix]] if prefix else []
     positions: dict[bytes, list[int]] | None = None
     # values shared with base (the same objects: consecutive manifests share their unchanged
@@ -40,15 +43,18 @@ def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
     # (a literal: always correct) instead of serializing every base value to look it up
     by_id = {id(value): j for j, value in reversed(list(enumerate(base[prefix:], prefix)))}
     shared = prefix > 0
+    copied = prefix  # where in base the last copy ended
     i = prefix
     while i < len(new):
-        # the usual case first: a run of new values equal to a run of base values (C-level ==)
-        start = ops[-1][1] if ops and isinstance(ops[-1], list) else 0
         at = by_id.get(id(new[i]))
         if at is not None and base[at] is new[i]:
             shared = True
         else:
-            at = next((j for j in range(start, min(len(base), start + 64)) if _same(base[j], new[i])), None)
+            # a run of new values equal to a run of base values (C-level ==) from where the last
+            # copy ended: at that very place once values are found shared (the others are then
+            # new: a changed item, an appended one), in the 64 after it while none is
+            span = 1 if shared else 64
+            at = next((j for j in range(copied, min(len(base), copied + span)) if _same(base[j], new[i])), None)
         if at is None and not shared:
             if positions is None:
                 positions = {}
@@ -74,6 +80,7 @@ def _diff_list(base: list[Any], new: list[Any]) -> list[Any]:
             ops[-1][1] = end  # continues the previous copy
         else:
             ops.append([at, end])
+        copied = end
     return ops
 
 
@@ -88,33 +95,41 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b) and (type(a) is type(b) and isinstance(a, str) or _key(a) == _key(b))
 
 
-def diff(base: Any, new: Any) -> Any:
+def diff(base: Any, new: Any, *, unchanged: Container[str] = frozenset()) -> Any:
     """The delta turning ``base`` into ``new`` (None when equal, types included: ``1`` and
-    ``true`` differ)."""
+    ``true`` differ). ``unchanged``: keys of two dicts whose values the caller knows are
+    equal JSON (their serialized bytes are equal, :func:`app.store.json_parts.unchanged`):
+    not compared again; the delta is the same as without it."""
     if isinstance(base, dict) and isinstance(new, dict):
-        changed = {}
-        for key, value in new.items():
-            if key in base:
-                d = diff(base[key], value)
-                if d is not None:
-                    changed[key] = d
-            else:
-                changed[key] = {"=": value}
-        removed = [k for k in base if k not in new]
-        reordered = list(new) != [k for k in base if k in new] + [k for k in new if k not in base]
-        if not changed and not removed and not reordered:
-            return None
-        out: dict[str, Any] = {"{": changed}
-        if removed:
-            out["-"] = removed
-        if reordered:
-            out["order"] = list(new)  # keep the served key order exactly
-        return out
+        return _diff_dict(base, new, unchanged)
     if isinstance(base, list) and isinstance(new, list):
         return None if _same(base, new) else {"[": _diff_list(base, new)}
     if type(base) is type(new) and base == new:
         return None
     return {"=": new}
+
+
+def _diff_dict(base: dict[str, Any], new: dict[str, Any], unchanged: Container[str]) -> Any:
+    changed = {}
+    for key, value in new.items():
+        if key in base:
+            if key in unchanged:
+                continue
+            d = diff(base[key], value)
+            if d is not None:
+                changed[key] = d
+        else:
+            changed[key] = {"=": value}
+    removed = [k for k in base if k not in new]
+    reordered = list(new) != [k for k in base if k in new] + [k for k in new if k not in base]
+    if not changed and not removed and not reordered:
+        return None
+    out: dict[str, Any] = {"{": changed}
+    if removed:
+        out["-"] = removed
+    if reordered:
+        out["order"] = list(new)  # keep the served key order exactly
+    return out
 
 
 def apply(base: Any, delta: Any) -> Any:

@@ -37,7 +37,7 @@ from app.domain.types import (
     ToolCall,
     ToolResultEvent,
 )
-from app.store import delta
+from app.store import delta, json_parts
 from app.store.db import json_dumps, json_loads
 from app.store.tables import (
     ArtifactRow,
@@ -468,7 +468,11 @@ def event_count(db: OrmSession, session_id: str) -> int:
 def _pack(value: Any) -> bytes:
     """A stored manifest (or delta): JSON, zlib-compressed (a manifest's JSON repeats its
     keys and reasons on every item, and compresses about 6-fold)."""
-    return zlib.compress(orjson.dumps(value), 6)
+    return _compress(orjson.dumps(value))
+
+
+def _compress(data: bytes) -> bytes:
+    return zlib.compress(data, 6)
 
 
 def _unpack(data: bytes) -> Any:
@@ -481,16 +485,28 @@ KEYFRAME_EVERY = 16  # a manifest stored whole at least every 16 manifests of a 
 @dataclass(frozen=True)
 class StoredManifest:
     """A stored manifest as the next one's delta base: its id, its JSON (without ``id``),
-    the deltas since its keyframe (``depth``) and that keyframe's id."""
+    the deltas since its keyframe (``depth``) and that keyframe's id. When it was stored by
+    this process (None when read back): ``source``, the manifest ``data`` is the JSON of, and
+    ``parts``, that JSON's bytes by parts (app/store/json_parts.py), from which the next
+    manifest reuses what it shares."""
 
     id: int
     data: dict[str, Any] = field(repr=False)
     depth: int = 0
     keyframe_id: int | None = None
+    source: Manifest | None = field(default=None, repr=False, compare=False)
+    parts: json_parts.Parts | None = field(default=None, repr=False, compare=False)
 
     @property
     def chain_start(self) -> int:
         return self.keyframe_id if self.keyframe_id is not None else self.id
+
+    def json_bytes(self) -> bytes:
+        """The manifest as served: ``data`` with ``id`` last, orjson's compact JSON (joined
+        from ``parts`` when at hand: the same bytes)."""
+        if self.parts is None:
+            return orjson.dumps(self.data | {"id": self.id})
+        return json_parts.join(self.parts, {"id": self.id})
 
 
 _MANIFEST_COLUMNS = ("session_id", "format", "last_seq", "request_sha256", "tokens_total", "planner_version",
@@ -513,18 +529,25 @@ def add_manifest(db: Db, manifest: Manifest, *, base: StoredManifest | None = No
 
     ``layout_version``: store it only if the session's layout state still has this
     version (one ``INSERT ... SELECT ... WHERE EXISTS``); None when it has not (nothing
-    stored: another worker moved the layout state)."""
-    data = manifest.to_json()
+    stored: another worker moved the layout state).
+
+    The JSON is serialized by parts, reusing the bytes of what ``base`` shares (its
+    ``parts``, when it was stored by this process); its top-level values whose bytes did
+    not change are not walked again by the delta. The stored bytes are those of
+    ``orjson.dumps`` of the whole JSON (a keyframe) or of :func:`delta.diff` (a delta)."""
+    data = manifest.to_json(previous=(base.source, base.data) if base is not None and base.source is not None else None)
     data.pop("id", None)
+    parts = json_parts.encode(data, base.data if base is not None else None, base.parts if base is not None else None)
     values: dict[str, Any] = {"session_id": manifest.session_id, "format": manifest.format,
                               "last_seq": manifest.last_seq, "request_sha256": manifest.request_sha256,
                               "tokens_total": manifest.tokens.total, "planner_version": planner_version,
                               "created_at": utcnow()}
     if base is None or base.depth + 1 >= KEYFRAME_EVERY:
-        values |= {"data": _pack(data), "depth": 0, "base_id": None, "keyframe_id": None}
+        values |= {"data": _compress(json_parts.join(parts)), "depth": 0, "base_id": None, "keyframe_id": None}
     else:
-        values |= {"data": _pack(delta.diff(base.data, data) or {"{": {}}), "depth": base.depth + 1,
-                   "base_id": base.id, "keyframe_id": base.chain_start}
+        unchanged = json_parts.unchanged(base.parts, parts) if base.parts is not None else frozenset()
+        values |= {"data": _pack(delta.diff(base.data, data, unchanged=unchanged) or {"{": {}}),
+                   "depth": base.depth + 1, "base_id": base.id, "keyframe_id": base.chain_start}
     # a Core insert (no ORM object for a row that is never read back as one)
     if layout_version is None:
         new_id = db.execute(_MANIFEST_INSERT, values).scalar_one_or_none()
@@ -533,7 +556,8 @@ def add_manifest(db: Db, manifest: Manifest, *, base: StoredManifest | None = No
                                                                "layout_version": layout_version}).scalar_one_or_none()
     if new_id is None:
         return None
-    return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"])
+    return StoredManifest(id=int(new_id), data=data, depth=values["depth"], keyframe_id=values["keyframe_id"],
+                          source=manifest, parts=parts)
 
 
 def load_manifest(db: Db, session_id: str, manifest_id: int) -> StoredManifest | None:
