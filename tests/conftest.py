@@ -26,6 +26,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +174,20 @@ def qwen3_ids(qwen3_tokenizer: object) -> Callable[[dict], list[int]]:
         return vllm_ids(qwen3_tokenizer, body)
 
     return ids
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def migrated_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A session factory on a migrated database: a SQLite file, then a PostgreSQL database
+    of its own (skipped without the PostgreSQL server)."""
+    from app.store.db import make_engine, make_session_factory
+    from app.store.migrate import upgrade_head
+
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_database_factory")()
+    else:
+        url = f"sqlite:///{tmp_path / 'migrated.sqlite3'}"
+    upgrade_head(url)
+    engine = make_engine(url)
+    yield make_session_factory(engine)
+    engine.dispose()

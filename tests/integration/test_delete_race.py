@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
@@ -23,24 +22,15 @@ from sqlalchemy.orm import sessionmaker
 from app.domain.tenancy import Principal
 from app.services import sessions as session_service
 from app.services import tenancy
-from app.store.db import make_engine, make_session_factory, unit_of_work
-from app.store.migrate import upgrade_head
+from app.store.db import unit_of_work
 
 SHARED = "the same bytes in two sessions\n"
 T = Principal("default")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sessionmaker[OrmSession]]:
-    if request.param == "postgres":
-        make: Callable[[], str] = request.getfixturevalue("postgres_database_factory")
-        url = make()
-    else:
-        url = f"sqlite:///{tmp_path / 'race.sqlite3'}"
-    upgrade_head(url)
-    engine = make_engine(url)
-    yield make_session_factory(engine)
-    engine.dispose()
+@pytest.fixture
+def factory(migrated_factory: sessionmaker[OrmSession]) -> sessionmaker[OrmSession]:
+    return migrated_factory
 
 
 def _session_with(factory: sessionmaker[OrmSession], event_id: str, payload: str | None) -> str:

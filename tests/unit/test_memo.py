@@ -111,19 +111,6 @@ def test_bad_bounds() -> None:
         AssemblyMemo(max_sessions=0)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_factory(request: pytest.FixtureRequest, tmp_path):
-    """A session factory on a migrated SQLite file or PostgreSQL database."""
-    if request.param == "postgres":
-        url = request.getfixturevalue("postgres_database_factory")()
-    else:
-        url = f"sqlite:///{tmp_path / 'memo.sqlite3'}"
-    upgrade_head(url)
-    engine = make_engine(url)
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
 def _kinds_session(factory) -> str:
     """A session declaring a bash tool (so ingest infers artifact writes from its commands)."""
     from tests.api.test_api import BASH
@@ -162,14 +149,14 @@ def _every_kind(n: int) -> list[dict]:
     ]
 
 
-def test_a_post_appends_its_committed_events_equal_to_what_storage_reads_back(any_factory) -> None:
+def test_a_post_appends_its_committed_events_equal_to_what_storage_reads_back(migrated_factory) -> None:
     """Issue 9 (speed): a POST hands the events it committed to the worker's memo, so the
     next GET's load reads no event row; they equal what the repository reads back (every
     kind, the redacted view's text, inferred writes, timestamps), batch after batch."""
     from app.store import repository as repo
     from app.store.db import make_read_factory
 
-    factory = any_factory
+    factory = migrated_factory
     memo = AssemblyMemo()
     sid = _kinds_session(factory)
     reads: list[int] = []
@@ -190,13 +177,13 @@ def test_a_post_appends_its_committed_events_equal_to_what_storage_reads_back(an
     assert memo_events(other, make_read_factory(factory.kw["bind"]), sid, seq, reads) == got and reads == [0]
 
 
-def test_a_rolled_back_or_out_of_order_batch_leaves_the_memo_as_it_was(any_factory) -> None:
+def test_a_rolled_back_or_out_of_order_batch_leaves_the_memo_as_it_was(migrated_factory) -> None:
     """Only committed events enter the memo, and only when they follow its last seq exactly:
     a rolled-back batch adds nothing; a batch after a gap (another worker's POST the memo
     has not seen) is not appended, and the GET reads what the memo lacks."""
     from app.store import repository as repo
 
-    factory = any_factory
+    factory = migrated_factory
     memo = AssemblyMemo()
     sid = _kinds_session(factory)
     with factory() as db:
