@@ -1394,7 +1394,7 @@ def assemble_window(
     forecast: PassForecast | None = None
     if fold is not None:
         forecast = forecast_pass(measurement.total, _growth(leaf_groups, conversation, measurement,
-                                                            first=first_kept, newest=newest, pin=pin),
+                                                            first=first_kept, newest=newest, pin=pin, memo=cache),
                                  t_hi=min(fold.watermarks.t_hi, budget.input_limit), calls=fold.due_calls)
         if forecasting and not forecast.due and plan.deferred - options.deferred:
             plan = plan_invalidation(graph, mode=options.mode, pass_due=False, deferred=options.deferred,
@@ -1701,8 +1701,28 @@ def _size(messages: Sequence[LeafMessage]) -> int:
     return total
 
 
+def _leaf_size(leaf: tuple[LeafMessage, ...], memo: MutableMapping[Any, Any] | None) -> int:
+    """:func:`_size` of a whole leaf; with ``memo`` (the session's), from the last GET's when
+    this leaf begins with that one's messages but its last (the next step, replaced each
+    call): the same objects, compared in C, so only the new messages are visited."""
+    if memo is not None and (held := memo.get(_LEAF_CHARS)) is not None:
+        last, total = held
+        shared = len(last) - 1
+        if 0 < shared <= len(leaf) and leaf[:shared] == last[:shared]:
+            size = int(total) - _size(last[shared:]) + _size(leaf[shared:])
+            memo[_LEAF_CHARS] = (leaf, size)
+            return size
+    size = _size(leaf)
+    if memo is not None:
+        memo[_LEAF_CHARS] = (leaf, size)
+    return size
+
+
+_LEAF_CHARS = ("assembly", "leaf chars")  # the session memo: (the last leaf measured, its characters)
+
+
 def _growth(leaf_groups: Sequence[Sequence[LeafMessage]], conversation: Conversation, measurement: Measurement, *,
-            first: int, newest: int, pin: int | None) -> int:
+            first: int, newest: int, pin: int | None, memo: MutableMapping[Any, Any] | None = None) -> int:
     """The recent per-call growth of the request (tokens): the leaf's exact tokens shared
     by size among its texts, the mean share of the newest turn groups since ``first`` that
     send something (the pinned user message excluded: no call added it;
@@ -1715,4 +1735,5 @@ def _growth(leaf_groups: Sequence[Sequence[LeafMessage]], conversation: Conversa
         if i != pin and leaf_groups[i]:
             sizes.append(_size(leaf_groups[i]))
     sizes.reverse()
-    return recent_growth(sizes, leaf_size=_size(conversation.leaf), leaf_tokens=int(measurement.by_zone.get("leaf", 0)))
+    return recent_growth(sizes, leaf_size=_leaf_size(conversation.leaf, memo),
+                         leaf_tokens=int(measurement.by_zone.get("leaf", 0)))

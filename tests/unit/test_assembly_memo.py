@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 from app.api import deps
-from app.domain.assembly import assemble_window
+from app.domain.assembly import _leaf_size, _size, assemble_window
 from app.domain.budget import Budget
 from app.domain.compaction.fold import Fold, pinned_group
 from app.domain.compaction.watermarks import Watermarks
+from app.domain.layout import LeafMessage, LeafToolCall
 from app.domain.notes import note_items
 from app.domain.types import HypothesisEvent, ObligationEvent, StepEvent
 from tests.unit.test_window_policy import SESSION, session_events
@@ -111,3 +112,20 @@ def test_api_dependencies_do_not_hop_to_the_thread_pool() -> None:
 
     for name in ("unit_of_work_dep", "database", "profiles", "meters", "memo", "pass_due"):
         assert inspect.iscoroutinefunction(getattr(deps, name)), name
+
+
+def test_leaf_size_from_the_last_leaf_equals_a_full_count() -> None:
+    """select's growth forecast sizes the whole leaf each GET; with the memo only the
+    messages after the last leaf's (all but its last, the next step) are visited. Equal to
+    a full count when the leaf extends, is rewritten in place, shrinks or stays."""
+    def msg(i: int, text: str = "") -> LeafMessage:
+        return LeafMessage(role="tool" if i % 2 else "assistant", content=text or f"message {i} " * (i % 5 + 1),
+                           seq=i, tool_calls=() if i % 2 else (LeafToolCall(f"c{i}", "bash", '{"command": "ls"}'),))
+
+    base = tuple(msg(i) for i in range(40))
+    step = LeafMessage(role="user", content="next step")
+    memo: dict = {}
+    leaves = [base + (step,), base + (msg(40), msg(41), step), base + (msg(40), msg(41), step),
+              base[:10] + (msg(10, "rewritten in place"),) + base[11:] + (step,), base[:5] + (step,), (step,), ()]
+    for leaf in leaves:
+        assert _leaf_size(leaf, memo) == _size(leaf) == _leaf_size(leaf, None)
