@@ -266,6 +266,7 @@ class HFChatMeter:
         self._recent: ByteLRU[str, tuple[str, Any]] = ByteLRU(
             RECENT_BYTES, lambda key, value: len(key) + _encoded_bytes(*value))
         self._prefetcher: ThreadPoolExecutor | None = None  # prefetch's workers, started on first use
+        self._last_head: tuple[int, str, str] | None = None  # measure: the last request's root+trunk key
         self._prefetching = 0  # prefetch jobs submitted and not finished
         self._prefetch_lock = threading.Lock()
         # the native renderer's last render per conversation (render_qwen3's ``renders``)
@@ -485,7 +486,13 @@ class HFChatMeter:
         if self.encoder is not None:
             # the previous request with the same root and trunk (usually the session's
             # last one): reuse its encoding over the common prefix
-            head_key = hashlib.sha256(text[:leaf_start].encode("utf-8", "surrogatepass")).hexdigest()
+            last_head = self._last_head  # (length, text, key) of the last root + trunk: one read, thread-safe
+            if last_head is not None and last_head[0] == leaf_start and text.startswith(last_head[1]):
+                head_key = last_head[2]  # the same root and trunk as the last request (compared in C, not hashed)
+            else:
+                head = text[:leaf_start]
+                head_key = hashlib.sha256(head.encode("utf-8", "surrogatepass")).hexdigest()
+                self._last_head = (leaf_start, head, head_key)
             recent = self._recent.get(head_key)
             encoded = self.encoder.encode_after(text, *recent) if recent else self.encoder.encode(text)
             self._recent.put(head_key, (text, encoded))

@@ -57,3 +57,28 @@ def test_head_tail_and_recent_memos_stay_within_their_bounds(monkeypatch: pytest
         assert got.total == reference.measure(conversation).total
     recent = meter._recent
     assert 0 < recent.current_bytes <= 400_000 and recent.evictions > 0 and len(recent) < 12
+
+
+def test_alternating_conversations_measure_as_a_fresh_meter_does() -> None:
+    """measure finds the previous request of the same root and trunk by a digest of them,
+    skipped (a comparison in C) when the root and trunk are the last request's: two
+    sessions measured in turn, each growing, one whose trunk is then rewritten, count
+    exactly what a fresh meter counts, and each finds its own previous request."""
+    meter = qwen3_meter()
+
+    def conv(trunk: str, n: int) -> Conversation:
+        leaf = tuple(LeafMessage(role="user", content=f"{trunk} message {i}: " + text(i, 300)) for i in range(n))
+        return Conversation(system="You are terse.", trunk=trunk, leaf=leaf, tools=())
+
+    plan = [("task A", 2), ("task B", 2), ("task A", 3), ("task A", 4), ("task B", 5), ("task A rewritten", 5),
+            ("task A rewritten", 6), ("task B", 6)]
+    hashed = 0
+    for i, (trunk, n) in enumerate(plan):
+        before = meter._last_head
+        got = meter.measure(conv(trunk, n))
+        fresh = qwen3_meter().measure(conv(trunk, n))
+        assert (got.total, got.by_zone, list(got.ids)) == (fresh.total, fresh.by_zone, list(fresh.ids))
+        same_head = i > 0 and plan[i - 1][0] == trunk
+        assert (meter._last_head is before) == same_head, "hashed only when the root and trunk changed"
+        hashed += not same_head
+    assert hashed == 6 and len(meter._recent) == 3, "one previous request per root + trunk"
