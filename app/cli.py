@@ -46,6 +46,19 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def invalid_settings(exc: Any) -> str:
+    """A pydantic ``ValidationError`` of :class:`app.settings.Settings`, one entry per bad
+    value, each named by its environment variable (``CTXD_MAX_BODY_BYTES='lots': Input
+    should be a valid integer ...``) rather than the model's field."""
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error.get("loc") else ""
+        name = f"CTXD_{field.upper()}" if field else "CTXD_ settings"
+        given = f"={error['input']!r}" if field and "input" in error else ""
+        parts.append(f"{name}{given}: {error['msg']}")
+    return "; ".join(parts)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
@@ -56,7 +69,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:  # a bad CTXD_ variable is a usage error here, not a traceback from inside uvicorn
         settings = Settings()
     except ValidationError as exc:
-        print(f"error: invalid CTXD_ setting(s): {exc}", file=sys.stderr)
+        print(f"error: invalid CTXD_ setting(s): {invalid_settings(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.workers < 1:
         print("error: --workers must be at least 1", file=sys.stderr)
