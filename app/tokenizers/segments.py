@@ -695,13 +695,14 @@ class SegmentEncoder:
 
     def prefetch_job(self, text: str) -> Callable[[], None] | None:
         """What :meth:`encode` would tokenize of ``text`` (its text segments not in the
-        cache and not being encoded already), as a job that encodes them in one batch and
-        stores them; None when there is nothing to do. Called in the caller's thread (the
-        split and the cache lookup hold the GIL); the job is meant for another thread: the
-        batch encode releases the GIL, so it runs beside the caller's Python work. Until
-        the job has stored them, :meth:`encode` waits for its segments instead of encoding
-        them again. The cache then holds exactly what encoding a segment gives, whoever
-        encodes it, so a prefetch never changes a result, only who pays for it."""
+        cache and not being encoded already), as a job that encodes them as one input
+        (:meth:`encode_joined`; as a batch when they cannot be joined) and stores them; None
+        when there is nothing to do. Called in the caller's thread (the split, the join and
+        the cache lookup hold the GIL); the job is meant for another thread: the encode
+        releases the GIL, so it runs beside the caller's Python work. Until the job has
+        stored them, :meth:`encode` waits for its segments instead of encoding them again.
+        The cache then holds exactly what encoding a segment gives, whoever encodes it, so
+        a prefetch never changes a result, only who pays for it."""
         pieces, keys, _, _ = self._pieces(text, self.splitter.split(text))
         if not pieces:
             return None
