@@ -32,6 +32,7 @@ from app.domain.layout import (
     LeafToolCall,
     arguments_problem,
     assistant_text,
+    begins_with,
     canonical_tools,
     function_name,
     render_contract,
@@ -1708,7 +1709,7 @@ def _leaf_size(leaf: tuple[LeafMessage, ...], memo: MutableMapping[Any, Any] | N
     if memo is not None and (held := memo.get(_LEAF_CHARS)) is not None:
         last, total = held
         shared = len(last) - 1
-        if 0 < shared <= len(leaf) and leaf[:shared] == last[:shared]:
+        if shared > 0 and begins_with(leaf, last[:shared]):
             size = int(total) - _size(last[shared:]) + _size(leaf[shared:])
             memo[_LEAF_CHARS] = (leaf, size)
             return size

@@ -14,6 +14,13 @@ from typing import Any
 from app.domain.types import Contract, ThinkingBlock
 
 
+def begins_with(items: tuple[Any, ...], prefix: tuple[Any, ...]) -> bool:
+    """Whether ``items`` begins with ``prefix`` (equal elements, compared in C: the same
+    objects by identity first). How a GET finds that its leaf (or its items) extends the
+    last GET's, whose derived figures a session memo then reuses."""
+    return len(prefix) <= len(items) and items[:len(prefix)] == prefix
+
+
 @dataclass(frozen=True)
 class LeafToolCall:
     call_id: str

@@ -17,6 +17,7 @@ from app.domain.assembly import Assembly, assemble_window
 from app.domain.budget import Budget
 from app.domain.compaction.fold import Fold
 from app.domain.errors import DomainError
+from app.domain.layout import begins_with
 from app.domain.manifest import (
     CacheReport,
     Divergence,
@@ -214,7 +215,7 @@ def _cut_items(items: tuple[Item, ...], memo: MutableMapping[Any, Any] | None) -
     (equal items; the usual case) adds up only the new ones. The same figures either way."""
     held = memo.get(_CUT_ITEMS) if memo is not None else None
     done, tokens, known = 0, 0, True
-    if held is not None and len(held[0]) <= len(items) and items[:len(held[0])] == held[0]:
+    if held is not None and begins_with(items, held[0]):
         done, tokens, known = len(held[0]), held[1], held[2]
     new = items[done:]
     tokens += sum(map(_ELIDED_TOKENS, new))

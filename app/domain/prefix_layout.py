@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from app.domain.layout import Conversation, LeafMessage
+from app.domain.layout import Conversation, LeafMessage, begins_with
 
 
 def _sha(value: Any) -> str:
@@ -50,7 +50,7 @@ def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut
     messages = conversation.leaf
     held = memo.get(_LAST_DIGEST) if memo is not None else None
     leaf: list[Any] = []
-    if held is not None and len(held[0]) <= len(messages) and messages[:len(held[0])] == held[0]:
+    if held is not None and begins_with(messages, held[0]):
         leaf = list(held[1])
     done = len(leaf)
     for m in messages[done:]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from app.domain.layout import Conversation, LeafMessage
+from app.domain.layout import Conversation, LeafMessage, begins_with
 from app.wire.ids import mapped_id
 
 MAX_TOOL_CALL_ID = 40  # OpenAI: "string too long. Expected a string with maximum length 40"
@@ -86,7 +86,7 @@ def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
     head = [{"role": "system", "content": conversation.system}, {"role": "user", "content": conversation.trunk}]
     leaf = conversation.leaf
     held = memo.get(_LEAF_JSON) if memo is not None else None
-    if held is not None and (len(held[0]) > len(leaf) or leaf[:len(held[0])] != held[0]):
+    if held is not None and not begins_with(leaf, held[0]):
         held = None
     leaf_messages: list[dict[str, Any]] = list(held[1]) if held is not None else []
     parts: list[bytes | memoryview] | None = [memoryview(held[2])[held[3]:held[4]]] \
