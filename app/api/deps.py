@@ -11,7 +11,7 @@ and request, which cost more than the GET's own work on a busy machine.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session as OrmSession
@@ -69,24 +69,22 @@ async def shell_states(request: Request) -> ShellStates | None:
     return request.app.state.shell_states  # type: ignore[no-any-return]
 
 
-async def pass_due(request: Request) -> PassDue | None:
+def pass_due_of(state: Any) -> PassDue | None:
     """An override of the compaction signal for invalidation's deferral
     (``app.state.pass_due``; None, the default: select's forecast from its watermarks)."""
-    return getattr(request.app.state, "pass_due", None)
+    return getattr(state, "pass_due", None)
 
 
-async def candidates(request: Request) -> CandidateLookup | None:
+def candidates_of(state: Any) -> CandidateLookup | None:
     """The summarizer's outcomes for sessions' next passes (issue 10 item 6), when one is
     configured (``app.state.summaries``)."""
-    state = request.app.state
     return state.summaries.source if getattr(state, "summarizer", None) is not None else None
 
 
-async def summary_wait(request: Request) -> SummaryWait | None:
+def summary_wait_of(state: Any) -> SummaryWait | None:
     """A pass's GET waits for this worker's summarizer job of its fold, at most
     ``CTXD_SUMMARIZER_WAIT_SECONDS`` (``app.state.summary_jobs``; issue 10 item 6). None
     without a summarizer or with a wait of 0."""
-    state = request.app.state
     seconds = state.settings.summarizer_wait_seconds
     if getattr(state, "summarizer", None) is None or seconds <= 0:
         return None
@@ -104,6 +102,3 @@ Memo = Annotated[AssemblyMemo, Depends(memo)]
 Profiles = Annotated[ProfileRegistry, Depends(profiles)]
 Meters = Annotated[MeterRegistry, Depends(meters)]
 ShellStateCache = Annotated[ShellStates | None, Depends(shell_states)]
-PassDueSignal = Annotated[PassDue | None, Depends(pass_due)]
-Candidates = Annotated[CandidateLookup | None, Depends(candidates)]
-SummaryWaitFor = Annotated[SummaryWait | None, Depends(summary_wait)]
