@@ -33,6 +33,7 @@ from app.domain.prefix import CacheModel, ReuseReport, body_sha256, predict_reus
 from app.domain.prefix_layout import explain_divergence, layout_digest
 from app.domain.state import LayoutState, PreviousRequest, RememberedIds, SessionState
 from app.domain.supersession import InvalidationOptions
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, Session
 
 _CUT_OR_ELIDED = (Representation.ELIDED, Representation.HEAD_TAIL)
@@ -69,7 +70,8 @@ class RequestPlan:
     nothing moved (``layout_changed`` False). ``previous``: what to keep of this request
     for the next one in the same format; ``remembered``: the same with the ids, for the
     worker's memo. ``derived_payloads``: payloads the request names that must be stored
-    (the elision index), ``{handle: bytes}``.
+    (the elision index), ``{handle: bytes}``; ``tenant_id``: the session's tenant, whose
+    those payloads are (the loaded :class:`SessionState`'s).
     """
 
     body: Mapping[str, Any]
@@ -81,6 +83,7 @@ class RequestPlan:
     remembered: RememberedIds
     reuse: ReuseReport
     assembly: Assembly
+    tenant_id: str = DEFAULT_TENANT
 
     @property
     def layout_changed(self) -> bool:
@@ -193,7 +196,7 @@ def plan_request(
                                  shown_upto=new_layout.shown_upto),
         remembered=RememberedIds(state=reuse.state, packed=reuse.packed, chain=reuse.chain, layout=digest,
                                  body=body_digest),
-        reuse=reuse, assembly=assembly,
+        reuse=reuse, assembly=assembly, tenant_id=state.tenant_id,
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.prefix import BodyDigest, PrefixState
+from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Session
 
 
@@ -69,12 +70,14 @@ class LayoutState:
 class SessionState:
     """A session as a GET sees it: its definition, the seq of its last event, its layout
     state (read together, in one snapshot) and the ``model`` its request bodies name
-    (its own, set at create; None: the profile's)."""
+    (its own, set at create; None: the profile's); ``tenant_id``: the tenant it belongs to
+    (issue 12: the payloads its requests derive are linked to it)."""
 
     session: Session
     last_seq: int
     layout: LayoutState
     model: str | None = None
+    tenant_id: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.recall import with_recall_tool
 from app.domain.state import LayoutState, PreviousRequest, SessionState
-from app.domain.tenancy import DEFAULT_TENANT
 from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
 from app.services.memo import AssemblyMemo
@@ -43,7 +42,7 @@ from app.services.sessions import require_session_row
 from app.services.summarizer import FoldKey, PlannedPass, Waited
 from app.store import repository as repo
 from app.store.db import core_read, core_write
-from app.store.tenancy import link_payloads, own_payload, session_tenant
+from app.store.tenancy import link_payloads, own_payload
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -374,11 +373,14 @@ def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None
     if saved is None:  # planned from a layout state another worker has moved since
         return None
     stored_before = set(base.data["layout"].get("elision_index", ())) if base is not None else set()
-    tenant_id = session_tenant(db, sid) or DEFAULT_TENANT if plan.derived_payloads else DEFAULT_TENANT
+    tenant_id = plan.tenant_id
     # every index payload is linked to the session (issue 12): readable by its tenant through the
     # handle the trunk names; those stored before are linked again (a no-op but for sessions
-    # from before migration 0008_tenancy)
-    link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid, tenant_id=tenant_id)
+    # from before migration 0008_tenancy), unless this process stored the previous manifest
+    # (``base.source``): that save linked them
+    if base is None or base.source is None:
+        link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid,
+                      tenant_id=tenant_id)
     for handle, data in plan.derived_payloads.items():
         if handle not in stored_before:  # the previous manifest's index payloads are stored already
             stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)

@@ -100,7 +100,7 @@ _SESSION_STATE = (
     select(SessionRow.id, SessionRow.profile, SessionRow.contract, SessionRow.system, SessionRow.tools,
            SessionRow.meta, SessionRow.model, SessionRow.last_seq, LayoutStateRow.version, LayoutStateRow.cut_seq,
            LayoutStateRow.deferred, LayoutStateRow.shown_upto, LayoutStateRow.passes,
-           PrefixStateRow.state)
+           PrefixStateRow.state, SessionRow.tenant_id)
     .outerjoin(LayoutStateRow, LayoutStateRow.session_id == SessionRow.id)
     .outerjoin(PrefixStateRow, (PrefixStateRow.session_id == SessionRow.id) & (PrefixStateRow.format == bindparam("fmt")))
     .where(SessionRow.id == bindparam("sid"))
@@ -109,18 +109,18 @@ _SESSION_STATE = (
 
 def load_session_state(db: Db, session_id: str,
                        fmt: str | None = None) -> tuple[SessionState, PreviousRequest | None] | None:
-    """The session, its last seq and its layout state and, with ``fmt``, what it keeps of
-    its last request in that format: one statement. None when there is no such session."""
+    """The session (with its tenant), its last seq and its layout state and, with ``fmt``,
+    what it keeps of its last request in that format: one statement. None when there is no such session."""
     row = db.execute(_SESSION_STATE, {"sid": session_id, "fmt": fmt}).first()
     if row is None:
         return None
     sid, profile, contract, system, tools, meta, model, last_seq, version, cut_seq, deferred, shown_upto, passes,\
-        previous = row
+        previous, tenant_id = row
     layout = LayoutState(version=int(version or 0), cut_seq=int(cut_seq or 0),
                          deferred=tuple(sorted(int(s) for s in deferred or ())), shown_upto=int(shown_upto or 0),
                          passes=int(passes or 0))
     state = SessionState(session=_session(sid, profile, contract, system, tools, meta), last_seq=int(last_seq),
-                         layout=layout, model=model)
+                         layout=layout, model=model, tenant_id=tenant_id)
     return state, previous_request(previous)
 
 
