@@ -120,6 +120,9 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         # new tool outputs' token counts, after their POST, when this worker is idle
         app.state.activity = activity
         app.state.payload_counter = counter_for(app.state, activity)
+        from app.services.requests import PlanWarmer
+
+        warmer = app.state.warmer = PlanWarmer()  # a POST's warm-up of its session's next plan
 
         def warm() -> None:
             started = time.perf_counter()
@@ -167,6 +170,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         finally:  # after uvicorn let the in-flight requests finish (--graceful-timeout)
             stop_pruning.set()
             app.state.payload_counter.close()  # counts what is still queued
+            warmer.close()
             if app.state.summarizer_http is not None:
                 app.state.summarizer_http.close()
             close = getattr(token_cache, "close", None)

@@ -1122,7 +1122,8 @@ class _GroupView:
 def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
                  item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
                  bindings: Mapping[int, tuple[Binding, ...]],
-                 message_cap_tokens: int) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
+                 message_cap_tokens: int, *, handoff: bool = True
+                 ) -> tuple[list[_GroupView], list[tuple[int | None, ...]]]:
     """Each group's :class:`_GroupView` (from ``cache``, the session's leaf cache, or built)
     and its results' known token counts. A payload's bounded form is also kept by value
     (meter, cap, handle, payload, known count), so an output posted again in another group
@@ -1186,7 +1187,7 @@ def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], m
             view._bounded[counts] = bound(results)
         out.append(view)
     if fresh:
-        meter.prefetch(fresh)
+        meter.prefetch(fresh, handoff=handoff)
     if len(views) > 2 * len(groups) + 64:
         kept = {key: views[key] for key in keys}
         views.clear()
@@ -1258,6 +1259,30 @@ def pass_over_target(measurement: Measurement, t_lo: int, *, rejected: bool, new
         return "pending"
     return "pinned" if measurement.by_zone.get("root", 0) + measurement.by_zone.get("trunk", 0) > t_lo \
         else "newest_group"
+
+
+def warm_window(events: Sequence[Event], *, budget: Budget, meter: TokenMeter, item_cap_tokens: int,
+                render_reasoning: bool = False, leaf_cache: MutableMapping[Any, Any],
+                payload_tokens: Mapping[str, int] | None = None) -> None:
+    """The first steps of :func:`assemble_window` for ``events``, taken ahead of the GET
+    that will assemble them (after a POST): the grouping, the dependency graph and its
+    observations' states and bindings, and each turn group's bounded outputs and leaf
+    messages, kept in ``leaf_cache`` exactly as :func:`assemble_window` keeps them with the
+    same arguments; the messages of groups not seen before start tokenizing
+    (``meter.prefetch``, on another thread: the encode releases the GIL).
+
+    Nothing here is a result: each step is a memo that :func:`assemble_window` checks
+    against its own inputs (equal to a fresh computation in every case), and the segment
+    cache holds exactly what encoding a segment gives, whoever encodes it. Called with
+    other arguments than the GET's (a count learnt in between, another profile), it only
+    wasted its work. Not thread-safe for one ``leaf_cache``: the caller holds the
+    session's plan lock (app/services/memo.py)."""
+    cache = leaf_cache
+    grouping = _Grouping.of(events, cache)
+    graph = cached_graph(events, cache)
+    _, bindings = cached_states(graph, cache)
+    _group_views(list(grouping.groups), cache, meter, item_cap_tokens, render_reasoning, payload_tokens or {},
+                 bindings, budget.role_limits()["observations"] or budget.input_limit, handoff=False)
 
 
 def assemble_window(

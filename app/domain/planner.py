@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from app.domain.assembly import Assembly, assemble_window
+from app.domain.assembly import Assembly, assemble_window, warm_window
 from app.domain.budget import Budget
 from app.domain.compaction.fold import Fold
 from app.domain.errors import DomainError
@@ -92,6 +92,16 @@ class RequestPlan:
     @property
     def derived_payloads(self) -> Mapping[str, bytes]:
         return self.assembly.derived_payloads
+
+
+def warm_request(events: Sequence[Event], *, policy: Policy, meter: TokenMeter, memo: MutableMapping[Any, Any],
+                 payload_tokens: Mapping[str, int] | None = None) -> None:
+    """Take the first steps of the next :func:`plan_request` of these ``events`` under
+    ``policy`` ahead of it (:func:`app.domain.assembly.warm_window`): its memos in ``memo``
+    (the session's leaf cache) and the new messages' tokenizing started. Changes no result
+    of any later plan, only what it finds done."""
+    warm_window(events, budget=policy.budget, meter=meter, item_cap_tokens=policy.item_cap_tokens,
+                render_reasoning=policy.render_reasoning, leaf_cache=memo, payload_tokens=payload_tokens)
 
 
 def plan_request(

@@ -54,10 +54,12 @@ class TokenMeter(Protocol):
     def measure(self, conversation: Conversation) -> Measurement:
         """Render ``conversation`` with the chat template and count it exactly."""
 
-    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+    def prefetch(self, messages: Sequence[LeafMessage], *, handoff: bool = True) -> None:
         """A hint: ``messages`` (new leaf messages) are about to be measured as part of a
         conversation; a meter may start tokenizing them now, beside the caller's work. It
-        never changes a measurement; doing nothing is correct."""
+        never changes a measurement; doing nothing is correct. ``handoff``: the caller
+        measures next and may yield to the tokenizing thread until it has started (False:
+        a background caller that measures nothing)."""
 
 
 class WireFormat(Protocol):

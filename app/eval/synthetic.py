@@ -111,7 +111,7 @@ class UnitMeter:
     def cut_ends(self, text: str, head_tokens: int, tail_tokens: int) -> tuple[str, str] | None:
         return windowed_head_tail(text, head_tokens, tail_tokens, self.head_tail)
 
-    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+    def prefetch(self, messages: Sequence[LeafMessage], *, handoff: bool = True) -> None:
         """Nothing to start ahead (see TokenMeter.prefetch)."""
 
     def measure(self, conversation: Conversation) -> Measurement:

@@ -67,6 +67,8 @@ class _Entry:
     leaf: dict[Any, Any] = field(default_factory=dict)
     prefix: dict[str, RememberedIds] = field(default_factory=dict)
     manifests: dict[str, tuple[StoredManifest, int]] = field(default_factory=dict)  # (manifest, its JSON bytes)
+    # held while this worker plans the session (a GET's plan, a warm-up after a POST): both use its leaf cache
+    plan_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -137,6 +139,15 @@ class AssemblyMemo:
             self._resize(entry, before)
         return list(events)
 
+    def held_events(self, session_id: str, last_seq: int) -> list[Event] | None:
+        """The session's events up to ``last_seq`` when the memo holds exactly those (no
+        read), else None."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None or entry.seen != last_seq or len(entry.events) != last_seq:
+                return None
+            return list(entry.events)
+
     def extend(self, session_id: str, events: Sequence[Event]) -> bool:
         """Append events just committed (a POST's batch, in seq order) to the session's
         memoized events, so that the next GET of this worker reads none of them. Only when
@@ -157,6 +168,13 @@ class AssemblyMemo:
             entry.seen = events[-1].seq
             self._resize(entry, before)
             return True
+
+    def plan_lock(self, session_id: str) -> threading.Lock:
+        """The lock a plan of the session holds in this worker: a GET's plan and the
+        warm-up after a POST (app/services/requests.py ``warm_after_post``) both work in
+        its leaf cache."""
+        with self._lock:
+            return self._entry(session_id).plan_lock
 
     def leaf_cache(self, session_id: str) -> dict[Any, Any]:
         """The session's leaf cache (see ``assemble_window(leaf_cache=...)``)."""

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
@@ -30,7 +33,7 @@ from app.domain.compaction.written import RecordSource
 from app.domain.errors import LayoutContention, ManifestNotFound, ServerFault, SessionNotFound, UnsupportedFormat
 from app.domain.layout import Conversation
 from app.domain.manifest import Manifest, ManifestSummary
-from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_request
+from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_request, warm_request
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.recall import with_recall_tool
@@ -48,6 +51,8 @@ from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
 from app.wire import openai as openai_wire
 from app.wire import tokens as tokens_wire
+
+log = logging.getLogger("ctxd")
 
 FORMATS = ("openai", "anthropic", "tokens")
 
@@ -246,7 +251,7 @@ def _text_handle(event: ToolResultEvent, stash: MutableMapping[Any, Any]) -> str
     return str(stash[key])
 
 
-def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence[Event],
+def known_payload_tokens(db: repo.Db | None, tokenizer_id: str | None, events: Sequence[Event],
                          stash: MutableMapping[Any, Any]) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens,
     under the tokenizer ``tokenizer_id``; none without one). Counts never change, so each
@@ -257,7 +262,8 @@ def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence
 
     The memo also keeps how far it has scanned ``events`` (which only grow) with the
     counts found and the outputs still unknown, so a GET looks only at the new events
-    and the unknown outputs."""
+    and the unknown outputs. ``db`` None: the counts the memo holds, no lookup (and none
+    of the lookups used up)."""
     if tokenizer_id is None:
         return {}
     scan_key = ("payload_tokens_scan", tokenizer_id)
@@ -279,9 +285,9 @@ def known_payload_tokens(db: repo.Db, tokenizer_id: str | None, events: Sequence
             found[handle] = count
             continue
         still.append((counted, handle))
-        if stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
+        if db is not None and stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
             missing[counted] = handle
-    if missing:
+    if missing and db is not None:
         for counted, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
                 stash[_count_key(tokenizer_id, counted)] = found[missing[counted]] = count
@@ -452,15 +458,18 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         candidate = candidates(session_id) if candidates is not None else None
         if waited is not None:
             candidate = after_wait(candidate, *waited)
-        plan = plan_request(served_state(loaded.state, profile), loaded.events,
-                            policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
-                                                current=loaded.record_source, candidate=candidate),
-                            wire=Wire(fmt, profile, session_id, loaded.state.model, memo=memo.leaf_cache(session_id)),
-                            cache_model=cache_model_for(profile, fmt),
-                            meter=meters.get(profile), previous=loaded.previous,
-                            remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
-                            payload_tokens=loaded.payload_tokens,
-                            pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else None)
+        stash = memo.leaf_cache(session_id)
+        stash[_WARM_PROFILE] = profile.name  # what a warm-up after the next POST plans with
+        with memo.plan_lock(session_id):  # the leaf cache is this plan's alone (a warm-up may be running)
+            plan = plan_request(served_state(loaded.state, profile), loaded.events,
+                                policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
+                                                    current=loaded.record_source, candidate=candidate),
+                                wire=Wire(fmt, profile, session_id, loaded.state.model, memo=memo.leaf_cache(session_id)),
+                                cache_model=cache_model_for(profile, fmt),
+                                meter=meters.get(profile), previous=loaded.previous,
+                                remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
+                                payload_tokens=loaded.payload_tokens,
+                                pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else None)
         spent["plan"] += time.perf_counter() - t1
         if wait is not None and waited is None and (fold := pass_fold(plan)) is not None \
                 and (got := wait(session_id, fold)) is not None:
@@ -492,6 +501,86 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                                 manifest_bytes=manifest_bytes, timings=spent)
     raise LayoutContention(f"the layout state of session {session_id!r} kept moving under {MAX_PLAN_ATTEMPTS} plans; "
                            "retry the request", session_id=session_id, attempts=MAX_PLAN_ATTEMPTS)
+
+
+#: the leaf cache's key of the profile the session's last GET planned with (warm_after_post)
+_WARM_PROFILE = "warm-up profile"
+
+
+def warm_after_post(profiles: ProfileRegistry, meters: MeterRegistry, session_id: str, last_seq: int, *,
+                    memo: AssemblyMemo) -> bool:
+    """After a POST of the session's events up to ``last_seq``: take the first steps of its
+    next GET's plan ahead of it (:func:`app.domain.planner.warm_request`: the grouping, the
+    dependency graph, the new turn groups' leaf messages, and their tokenizing started on
+    another thread), so that the GET finds them done. Only from what this worker's memo
+    holds (no database read): the events up to ``last_seq`` and the profile of the
+    session's last GET here; else nothing is done. Skipped (False) while a plan of the
+    session runs. The GET's results never depend on it (every step is a memo checked
+    against the GET's own inputs). Returns whether it ran."""
+    stash = memo.leaf_cache(session_id)
+    name = stash.get(_WARM_PROFILE)
+    events = memo.held_events(session_id, last_seq)
+    if name is None or events is None:
+        return False
+    lock = memo.plan_lock(session_id)
+    if not lock.acquire(blocking=False):
+        return False
+    try:
+        profile = profiles.get(name)
+        meter = meters.get(profile)
+        counts = known_payload_tokens(None, tokenizer_id(meters, profiles, name), events, stash)
+        warm_request(events, policy=policy_for(profile), meter=meter, memo=stash, payload_tokens=counts)
+    finally:
+        lock.release()
+    return True
+
+
+class PlanWarmer:
+    """One background thread for :func:`warm_after_post` (``app.state.warmer``): a POST
+    hands it the warm-up of its session's next plan, which runs beside the POST's response
+    and the agent's next GET. A warm-up is dropped, not queued, while another runs (the
+    GET then takes those steps itself, as it always can): under load no work piles up."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._busy = False
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def submit(self, job: Callable[[], object]) -> bool:
+        """Run ``job`` on the warm-up thread unless one runs; returns whether it was taken."""
+        with self._lock:
+            if self._busy:
+                return False
+            self._busy = True
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="ctxd-warm")
+            pool = self._pool
+
+        def run() -> None:
+            try:
+                job()
+            except Exception:  # the GET takes these steps itself
+                log.warning("warm-up after a POST failed; the next GET plans without it", exc_info=True)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._idle.notify_all()
+
+        pool.submit(run)
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no warm-up runs (at most ``timeout`` seconds); returns whether none does."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._busy, timeout)
+
+    def close(self) -> None:
+        """Wait for a running warm-up, then stop the thread (the app's shutdown)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def pass_fold(plan: RequestPlan) -> FoldKey | None:

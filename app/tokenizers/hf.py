@@ -407,7 +407,7 @@ class HFChatMeter:
         self._heads.put(key, value)
         return value
 
-    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+    def prefetch(self, messages: Sequence[LeafMessage], *, handoff: bool = True) -> None:
         """Start tokenizing the text segments of ``messages`` (rendered apart, natively)
         that the segment cache lacks, on a worker thread: the batch encode releases the
         GIL, so it runs on another core while the caller plans; the caller's
@@ -443,8 +443,10 @@ class HFChatMeter:
             self._prefetching += 1
             self._prefetcher.submit(run)
         # hand the GIL over until the worker is inside the GIL-free encode (bounded, in case
-        # the pool filled up meanwhile: the segments are then encoded later, or by measure)
-        started.wait(PREFETCH_HANDOFF_S)
+        # the pool filled up meanwhile: the segments are then encoded later, or by measure);
+        # not for a background caller (handoff False), which measures nothing after
+        if handoff:
+            started.wait(PREFETCH_HANDOFF_S)
 
     def measure(self, conversation: Conversation) -> Measurement:
         """Render once, encode through the segment cache, count each zone exactly.

@@ -147,7 +147,7 @@ class MistralMeter:
         messages, warnings = self.tekken.served_messages(body["messages"], tools)
         return messages, tools, warnings
 
-    def prefetch(self, messages: Sequence[LeafMessage]) -> None:
+    def prefetch(self, messages: Sequence[LeafMessage], *, handoff: bool = True) -> None:
         """Nothing to start ahead (see TokenMeter.prefetch)."""
 
     def measure(self, conversation: Conversation) -> Measurement:
