@@ -199,6 +199,11 @@ def get_payload_texts(db: OrmSession, handles: Iterable[str]) -> dict[str, str]:
     return out
 
 
+# built once (a GET's load runs it for its newest outputs): the expanding IN is compiled once
+_TOKEN_COUNTS = select(PayloadRow.sha256, PayloadRow.token_counts).where(
+    PayloadRow.sha256.in_(bindparam("handles", expanding=True)))
+
+
 def payload_token_counts(db: Db, handles: Iterable[str], tokenizer_id: str) -> dict[str, int | None]:
     """handle -> the stored token count of that payload under ``tokenizer_id`` (None when
     not counted yet), for the given handles that exist. Chunks of 500 handles."""
@@ -206,8 +211,7 @@ def payload_token_counts(db: Db, handles: Iterable[str], tokenizer_id: str) -> d
     out: dict[str, int | None] = {}
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]
-        for sha, counts in db.execute(select(PayloadRow.sha256, PayloadRow.token_counts)
-                                      .where(PayloadRow.sha256.in_(chunk))):
+        for sha, counts in db.execute(_TOKEN_COUNTS, {"handles": chunk}):
             value = (counts or {}).get(tokenizer_id)
             out[sha] = int(value) if value is not None else None
     return out

@@ -110,7 +110,7 @@ def test_api_dependencies_do_not_hop_to_the_thread_pool() -> None:
     dependency and request: fastapi/fastapi#1306); ctxd's only read app.state."""
     import inspect
 
-    for name in ("unit_of_work_dep", "database", "profiles", "meters", "memo", "pass_due"):
+    for name in ("unit_of_work_dep", "database", "profiles", "meters", "memo", "shell_states"):
         assert inspect.iscoroutinefunction(getattr(deps, name)), name
 
 
