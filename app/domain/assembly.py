@@ -1119,6 +1119,70 @@ class _GroupView:
         return self._warnings[1]
 
 
+@dataclass(frozen=True)
+class _ItemsLoop:
+    """Where :func:`assemble_window`'s items loop stood before its newest groups at the
+    last GET (its memo ``"items loop"``): the groups it had visited (``older`` up to
+    ``upto``), their views and known counts, the invalidation states, choices and bindings
+    it saw, and what it had built of items, elided items, the summary and the revisions
+    presented."""
+
+    key: tuple[Any, ...]
+    upto: int
+    groups: tuple[TurnGroup, ...]
+    views: tuple[_GroupView, ...]
+    counts: tuple[tuple[int | None, ...], ...]
+    last_seq: int  # the last seq of any event of those groups
+    states: Mapping[int, Any]
+    choices: Mapping[int, Any]
+    bindings: Mapping[int, Any]
+    items: tuple[Item, ...]
+    elided: tuple[Item, ...]
+    summary: Mapping[str, int]
+    presented: frozenset[str]
+
+    @classmethod
+    def taken(cls, key: tuple[Any, ...], upto: int, groups: Sequence[TurnGroup], views: Sequence[_GroupView],
+              counts: Sequence[tuple[int | None, ...]], older: int, states: Mapping[int, Any],
+              choices: Mapping[int, Any], bindings: Mapping[int, Any], items: Sequence[Item],
+              elided: Sequence[Item], summary: Mapping[str, int], presented: set[str],
+              before: _ItemsLoop | None = None) -> _ItemsLoop:
+        """The loop's state before index ``upto``; ``before``: the snapshot this loop
+        resumed from (its groups are a prefix of these)."""
+        return cls(key, upto, tuple(groups[older:upto]), tuple(views[older:upto]), tuple(counts[older:upto]),
+                   _last_seq(groups, older, upto, before), states, choices, bindings,
+                   tuple(items), tuple(elided), dict(summary), frozenset(presented))
+
+    def matches(self, groups: Sequence[TurnGroup], views: Sequence[_GroupView],
+                counts: Sequence[tuple[int | None, ...]], older: int, states: Mapping[int, Any],
+                choices: Mapping[int, Any], bindings: Mapping[int, Any]) -> bool:
+        """Whether the groups it visited are the same now, and all they depend on too."""
+        upto = self.upto
+        return (tuple(groups[older:upto]) == self.groups and tuple(views[older:upto]) == self.views
+                and tuple(counts[older:upto]) == self.counts
+                and _agree(states, self.states, self.last_seq) and _agree(choices, self.choices, self.last_seq)
+                and _agree(bindings, self.bindings, self.last_seq))
+
+
+def _last_seq(groups: Sequence[TurnGroup], older: int, upto: int, before: _ItemsLoop | None) -> int:
+    """The last seq of any event of ``groups[older:upto]`` (a group's results are in its
+    calls' order, not in seq order); from ``before``'s for the groups it covered."""
+    start, last = (before.upto, before.last_seq) if before is not None else (older, 0)
+    for g in groups[start:upto]:
+        last = max(last, g.message.seq, *(r.seq for r in g.results))
+    return last
+
+
+def _agree(now: Mapping[int, Any], then: Mapping[int, Any], last_seq: int) -> bool:
+    """``now`` has every entry ``then`` had, equal, and no new key up to ``last_seq``
+    (C-level set and dict-view operations: no Python loop over the entries)."""
+    if now is then:
+        return True
+    if not then.items() <= now.items():
+        return False
+    return len(now) == len(then) or all(seq > last_seq for seq in now.keys() - then.keys())
+
+
 def _group_views(groups: Sequence[TurnGroup], cache: MutableMapping[Any, Any], meter: TokenMeter,
                  item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
                  bindings: Mapping[int, tuple[Binding, ...]],
@@ -1565,8 +1629,29 @@ def assemble_window(
     items: list[Item] = []
     elided: list[Item] = []
     states, choices = plan.states, plan.choices
-    indices = range(older, len(groups)) if pin is None or pin >= older else [pin, *range(older, len(groups))]
+    indices: Sequence[int] = range(older, len(groups)) if pin is None or pin >= older \
+        else [pin, *range(older, len(groups))]
+    # The loop below gives each group's items from the group, its view, its place (folded,
+    # evicted, kept), its known counts, its results' bindings, states and choices. The last
+    # GET's outcome up to its newest groups is reused when all of those are unchanged for
+    # them (compared at once: the same objects, and maps that agree on every key they had;
+    # a key new since may only belong to a later event), so an extending GET visits only
+    # its newest groups. Equal to the full loop in every case (tests/unit/test_assembly_memo.py).
+    loop_key = (older, k, pin, fold is not None, previous_cut_seq, cut_seq, bool(states))
+    snapshot_at = min(len(groups) - 1, newest)
+    resumed: _ItemsLoop | None = cache.get("items loop")
+    if resumed is not None and isinstance(indices, range) and resumed.key == loop_key \
+            and older < resumed.upto <= snapshot_at and resumed.matches(groups, views, known_counts, older,
+                                                                        states, choices, bindings):
+        items, elided = list(resumed.items), list(resumed.elided)
+        summary, presented = dict(resumed.summary), set(resumed.presented)
+        indices = range(resumed.upto, len(groups))
+    else:
+        resumed = None
     for index in indices:
+        if index == snapshot_at and isinstance(indices, range) and index > older:
+            cache["items loop"] = _ItemsLoop.taken(loop_key, index, groups, views, known_counts, older, states,
+                                                   choices, bindings, items, elided, summary, presented, resumed)
         group, view = groups[index], views[index]
         if index < k and fold is not None and index != pin:  # folded: the record holds it (no state shown)
             why = folded_why(group.first_seq, previous_cut_seq, cut_seq)

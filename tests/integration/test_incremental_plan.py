@@ -18,6 +18,7 @@ import pytest
 
 from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.bench import harness
+from app.domain import assembly
 from app.services import requests as request_service
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.segments import LocalLRUCache
@@ -46,6 +47,14 @@ def test_every_get_plans_the_same_with_the_memo_as_from_nothing(trace: str, prof
         return warm
 
     monkeypatch.setattr(request_service, "plan_request", twice)
+    resumed: list[bool] = []  # assemble_window's items loop resumed from the last GET's (or not)
+    real_matches = assembly._ItemsLoop.matches
+
+    def matches(self: Any, *args: Any) -> bool:
+        resumed.append(real_matches(self, *args))
+        return resumed[-1]
+
+    monkeypatch.setattr(assembly._ItemsLoop, "matches", matches)
     traj = load_trajectory(TRACES / f"{trace}.traj.json")
     with harness() as h:
         meters = MeterRegistry(LocalLRUCache(256 * 1024 * 1024))
@@ -57,5 +66,7 @@ def test_every_get_plans_the_same_with_the_memo_as_from_nothing(trace: str, prof
                 h.timed_get(meters, sid)
     assert len(compared) == sum(isinstance(s, ModelCall) for s in replay_plan(traj))
     assert tombstones > 0, "the trace exercises in-place tombstones"
+    assert sum(resumed) > len(compared) // 2, "most GETs resumed the items loop from the last GET's"
+    assert not all(resumed), "and some could not (an observation's state or choice changed)"
     if profile == "qwen3":  # passes every ~14 calls: tombstones due near one wait, a notice showing meanwhile
         assert notices > 0

@@ -129,3 +129,18 @@ def test_leaf_size_from_the_last_leaf_equals_a_full_count() -> None:
               base[:10] + (msg(10, "rewritten in place"),) + base[11:] + (step,), base[:5] + (step,), (step,), ()]
     for leaf in leaves:
         assert _leaf_size(leaf, memo) == _size(leaf) == _leaf_size(leaf, None)
+
+
+def test_items_loop_resumes_only_when_the_maps_agree_on_every_earlier_key() -> None:
+    """The items loop resumes from the last GET's (app/domain/assembly.py ``_ItemsLoop``)
+    only when invalidation's states, choices and bindings kept every entry they had and
+    gained keys only past the groups it visited."""
+    from app.domain.assembly import _agree
+
+    then = {3: "current", 7: "historical"}
+    assert _agree(then, then, 7)
+    assert _agree(dict(then), then, 7), "equal values, another map"
+    assert _agree({**then, 9: "current"}, then, 7), "a key of a later event"
+    assert not _agree({**then, 5: "possibly_stale"}, then, 7), "a key of an event the loop visited"
+    assert not _agree({3: "historical", 7: "historical"}, then, 7), "a changed value"
+    assert not _agree({3: "current"}, then, 7), "a lost key"
