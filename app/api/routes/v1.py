@@ -41,6 +41,7 @@ from app.services import sessions as session_service
 from app.services import summarizer as summarizer_service
 from app.services import tenancy as tenancy_service
 from app.services.memo import AssemblyMemo
+from app.services.requests import PlanWarmer
 from app.store.db import read_only
 from app.wire.inbound import map_messages
 
@@ -124,13 +125,11 @@ def _ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: P
     counted = state.payload_counter.submit(session_id, handles) if handles else None
     warmer = getattr(state, "warmer", None)
     if created and warmer is not None and "last_seq" in out:
-        # the next GET's first steps (its new messages' tokenizing above all) start now, beside this
-        # response and the agent's next request (app/services/requests.py warm_after_post). Before the
-        # response rather than after it: the GET then planned in 2.2-2.4 ms instead of 2.6 (its new
-        # messages were tokenized by the time it asked), for a POST ~1 ms slower (the warm-up's Python
-        # steps share the interpreter with this response)
-        warmer.submit(partial(request_service.warm_after_post, profiles, meters, session_id, int(out["last_seq"]),
-                              memo=memo))
+        # the next GET's first steps (its new messages' tokenizing above all) taken once this response is
+        # sent, beside the agent's next request (app/services/requests.py warm_after_post); first of the
+        # work after the response, so that the response itself does not wait for them
+        background.add_task(_warm, warmer, partial(request_service.warm_after_post, profiles, meters, session_id,
+                                                   int(out["last_seq"]), memo=memo))
     if state.summarizer is not None and created and state.summary_jobs.start(session_id):
         # the optional model-written record of the pass the next GET would run: after the
         # response, never inside a GET (issue 10 item 6)
@@ -165,6 +164,11 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
                                                           meters=meters, max_payload_bytes=settings.max_payload_bytes,
                                                           redact=settings.redact_secrets, shell_states=shell_states,
                                                           memo=memo)))
+
+
+async def _warm(warmer: PlanWarmer, job: Callable[[], object]) -> None:
+    """Hand a warm-up to its thread (on the event loop: no thread hop to hand it over)."""
+    warmer.submit(job)
 
 
 async def _counted(done: Future[None]) -> None:
