@@ -1341,12 +1341,37 @@ def warm_window(events: Sequence[Event], *, budget: Budget, meter: TokenMeter, i
     other arguments than the GET's (a count learnt in between, another profile), it only
     wasted its work. Not thread-safe for one ``leaf_cache``: the caller holds the
     session's plan lock (app/services/memo.py)."""
-    cache = leaf_cache
+    _front(events, leaf_cache, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
+           render_reasoning=render_reasoning, known=payload_tokens or {}, handoff=False)
+
+
+@dataclass(frozen=True)
+class _Front:
+    """The first steps of :func:`assemble_window` (:func:`_front`)."""
+
+    grouping: _Grouping
+    groups: list[TurnGroup]
+    graph: DependencyGraph
+    observed: dict[int, ItemState]
+    bindings: dict[int, tuple[Binding, ...]]
+    views: list[_GroupView]
+    known_counts: list[tuple[int | None, ...]]
+
+
+def _front(events: Sequence[Event], cache: MutableMapping[Any, Any], *, budget: Budget, meter: TokenMeter,
+           item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int], handoff: bool = True) -> _Front:
+    """The grouping, the dependency graph with its observations' states and bindings, and
+    each turn group's view, from ``cache`` (the session's leaf cache) or built there; the
+    new views' messages handed to ``meter.prefetch`` (``handoff``: see
+    ``TokenMeter.prefetch``). One function for :func:`assemble_window` and
+    :func:`warm_window`, so a warm-up takes exactly the GET's first steps."""
     grouping = _Grouping.of(events, cache)
+    groups = list(grouping.groups)
     graph = cached_graph(events, cache)
-    _, bindings = cached_states(graph, cache)
-    _group_views(list(grouping.groups), cache, meter, item_cap_tokens, render_reasoning, payload_tokens or {},
-                 bindings, budget.role_limits()["observations"] or budget.input_limit, handoff=False)
+    observed, bindings = cached_states(graph, cache)
+    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
+                                       budget.role_limits()["observations"] or budget.input_limit, handoff=handoff)
+    return _Front(grouping, groups, graph, observed, bindings, views, known_counts)
 
 
 def assemble_window(
@@ -1407,21 +1432,20 @@ def assemble_window(
             results cut to its marker.
     """
     cache: MutableMapping[Any, Any] = leaf_cache if leaf_cache is not None else {}
-    grouping = _Grouping.of(events, cache)
-    groups, step, writes = list(grouping.groups), grouping.step, grouping.writes
+    known = payload_tokens or {}
+    # the views first: their new messages start tokenizing (meter.prefetch) while the rest is planned
+    front = _front(events, cache, budget=budget, meter=meter, item_cap_tokens=item_cap_tokens,
+                   render_reasoning=render_reasoning, known=known)
+    grouping, graph, observed, bindings = front.grouping, front.graph, front.observed, front.bindings
+    groups, views, known_counts = front.groups, front.views, front.known_counts
+    step, writes = grouping.step, grouping.writes
     documents = current_documents(grouping.documents)
     shown_documents, document_spans = bound_documents(documents.current, meter, item_cap_tokens)
     plan_seqs = frozenset(p.seq for p in grouping.plans)
-    known = payload_tokens or {}
     options = invalidation or InvalidationOptions()
     # pass_due None: forecast from select's watermarks once the request is measured; planned
     # first as due (new tombstones deferred), re-planned below when the forecast says not due
     forecasting = options.pass_due is None and fold is not None
-    graph = cached_graph(events, cache)
-    observed, bindings = cached_states(graph, cache)
-    # the views first: their new messages start tokenizing (meter.prefetch) while the rest is planned
-    views, known_counts = _group_views(groups, cache, meter, item_cap_tokens, render_reasoning, known, bindings,
-                                       budget.role_limits()["observations"] or budget.input_limit)
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
                              deferred=options.deferred, shown_upto=options.shown_upto, states=observed, memo=cache)
     bounded: dict[str, BoundedResult] = {}

@@ -464,10 +464,10 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
             plan = plan_request(served_state(loaded.state, profile), loaded.events,
                                 policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
                                                     current=loaded.record_source, candidate=candidate),
-                                wire=Wire(fmt, profile, session_id, loaded.state.model, memo=memo.leaf_cache(session_id)),
+                                wire=Wire(fmt, profile, session_id, loaded.state.model, memo=stash),
                                 cache_model=cache_model_for(profile, fmt),
                                 meter=meters.get(profile), previous=loaded.previous,
-                                remembered=memo.remembered(session_id, fmt), memo=memo.leaf_cache(session_id),
+                                remembered=memo.remembered(session_id, fmt), memo=stash,
                                 payload_tokens=loaded.payload_tokens,
                                 pass_due=pass_due(loaded.state, loaded.events) if pass_due is not None else None)
         spent["plan"] += time.perf_counter() - t1
@@ -517,10 +517,12 @@ def warm_after_post(profiles: ProfileRegistry, meters: MeterRegistry, session_id
     session's last GET here; else nothing is done. Skipped (False) while a plan of the
     session runs. The GET's results never depend on it (every step is a memo checked
     against the GET's own inputs). Returns whether it ran."""
+    events = memo.held_events(session_id, last_seq)  # first: the memo's other getters add a missing session
+    if events is None:
+        return False
     stash = memo.leaf_cache(session_id)
     name = stash.get(_WARM_PROFILE)
-    events = memo.held_events(session_id, last_seq)
-    if name is None or events is None:
+    if name is None:
         return False
     lock = memo.plan_lock(session_id)
     if not lock.acquire(blocking=False):

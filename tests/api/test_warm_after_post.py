@@ -138,7 +138,9 @@ def test_warm_up_needs_what_the_worker_holds(client: TestClient) -> None:
     assert not warm_after_post(profiles, meters, sid, 2, memo=memo), "the memo does not hold seq 2"
     with memo.plan_lock(sid):
         assert not warm_after_post(profiles, meters, sid, 1, memo=memo), "a plan of the session is running"
+    held = len(memo)
     assert warm_after_post(profiles, meters, "no-such-session", 1, memo=memo) is False
+    assert len(memo) == held, "a session the memo does not hold is not added to it"
 
 
 def test_plan_warmer_drops_a_job_while_one_runs_and_survives_a_failure(caplog: pytest.LogCaptureFixture) -> None:
