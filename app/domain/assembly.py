@@ -736,6 +736,24 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
 NOTES_KEPT = 8  # elision notes kept in a leaf cache (the cuts one GET's search tries, and the last one)
 
 
+def _canonical_tools(tools: tuple[dict[str, Any], ...], cache: MutableMapping[Any, Any] | None
+                     ) -> tuple[dict[str, Any], ...]:
+    """:func:`~app.domain.layout.canonical_tools` of the session's declarations, kept in
+    ``cache`` while they are equal (the same tuple from GET to GET: the root's prefix
+    digest then compares by identity)."""
+    held = cache.get(_TOOLS) if cache is not None else None
+    if held is not None and (held[0] is tools or held[0] == tools):
+        return held[1]  # type: ignore[no-any-return]
+    canonical = canonical_tools(tools)
+    if cache is not None:
+        cache[_TOOLS] = (tools, canonical)
+    return canonical
+
+
+#: key of the session leaf cache's entry of :func:`_canonical_tools`
+_TOOLS = "canonical tools"
+
+
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
                   step: StepEvent | None, sizes: Sizes, control: Sequence[str] = (),
                   cache: MutableMapping[Any, Any] | None = None, *,
@@ -782,7 +800,7 @@ def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...
     if step is not None:
         text, broken = neutralise_control_text(bounded_note(step.text, step.seq, "step"), control)
         leaf.append(LeafMessage(role="user", content=f"Next step: {text}", seq=step.seq, neutralised=broken))
-    conversation = Conversation(system=session.system, tools=canonical_tools(session.tools), trunk=trunk,
+    conversation = Conversation(system=session.system, tools=_canonical_tools(session.tools, cache), trunk=trunk,
                                 leaf=tuple(leaf))
     return conversation, derived
 
@@ -1358,6 +1376,32 @@ class _Front:
     known_counts: list[tuple[int | None, ...]]
 
 
+def _bounded_results(views: Sequence[_GroupView], counts: Sequence[tuple[int | None, ...]],
+                     cache: MutableMapping[Any, Any]) -> tuple[dict[str, BoundedResult], dict[str, tuple[int, int]]]:
+    """Every group's bounded tool results by handle (built by :func:`_group_views`) and each
+    one's payload (bytes, lines), for the views and known counts of this GET. Memoized in
+    ``cache`` (``"bounded results"``): when the last GET's views and counts are a prefix of
+    these (the same view objects, equal counts), only the new groups are added, to copies."""
+    held = cache.get(_BOUNDED)
+    start = 0
+    if held is not None and len(held[0]) <= len(views) and tuple(views[:len(held[0])]) == held[0] \
+            and tuple(counts[:len(held[0])]) == held[1]:
+        start = len(held[0])
+        bounded, sizes = dict(held[2]), dict(held[3])
+    else:
+        bounded, sizes = {}, {}
+    for view, group_counts in zip(views[start:], counts[start:]):
+        found = view._bounded[group_counts]
+        bounded.update(found)
+        sizes.update((handle, (b.payload_bytes, b.payload_lines)) for handle, b in found.items())
+    cache[_BOUNDED] = (tuple(views), tuple(counts), bounded, sizes)
+    return bounded, sizes
+
+
+#: key of the session leaf cache's entry of :func:`_bounded_results`
+_BOUNDED = "bounded results"
+
+
 def _front(events: Sequence[Event], cache: MutableMapping[Any, Any], *, budget: Budget, meter: TokenMeter,
            item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int], handoff: bool = True) -> _Front:
     """The grouping, the dependency graph with its observations' states and bindings, and
@@ -1448,10 +1492,7 @@ def assemble_window(
     forecasting = options.pass_due is None and fold is not None
     plan = plan_invalidation(graph, mode=options.mode, pass_due=True if forecasting else bool(options.pass_due),
                              deferred=options.deferred, shown_upto=options.shown_upto, states=observed, memo=cache)
-    bounded: dict[str, BoundedResult] = {}
-    for view, group_counts in zip(views, known_counts):
-        bounded.update(view._bounded[group_counts])  # built by _group_views
-    sizes = {handle: (b.payload_bytes, b.payload_lines) for handle, b in bounded.items()}
+    bounded, sizes = _bounded_results(views, known_counts, cache)
     raw_groups = [view.messages for view in views]
 
     def anchored(current: InvalidationPlan) -> dict[int, list[str]]:

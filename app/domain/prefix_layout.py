@@ -37,6 +37,21 @@ def leaf_digest(m: LeafMessage) -> str:
 _LAST_DIGEST = ("layout digest", "last")
 
 
+def _root_sha(conversation: Conversation, memo: MutableMapping[Any, Any] | None) -> str:
+    """The root's hash (system text and tools), kept in ``memo`` while both are the same."""
+    held = memo.get(_LAST_ROOT) if memo is not None else None
+    if held is not None and held[0] == conversation.system and held[1] is conversation.tools:
+        return held[2]  # type: ignore[no-any-return]
+    sha = _sha([conversation.system, list(conversation.tools)])
+    if memo is not None:
+        memo[_LAST_ROOT] = (conversation.system, conversation.tools, sha)
+    return sha
+
+
+#: key of the session memo's entry of :func:`_root_sha`: the last root's system, tools and hash
+_LAST_ROOT = ("layout digest", "root")
+
+
 def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int,
                   memo: MutableMapping[Any, Any] | None = None) -> dict[str, Any]:
     """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index).
@@ -63,7 +78,7 @@ def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut
         memo[_LAST_DIGEST] = (messages, tuple(leaf), conversation.trunk, trunk_sha)
     root_end = int(by_zone["root"])
     return {
-        "root_sha": _sha([conversation.system, list(conversation.tools)]),
+        "root_sha": _root_sha(conversation, memo),
         "trunk_sha": trunk_sha,
         "root_end": root_end,
         "trunk_end": root_end + int(by_zone["trunk"]),
