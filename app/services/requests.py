@@ -45,7 +45,7 @@ from app.services.sessions import require_session_row
 from app.services.summarizer import FoldKey, PlannedPass, Waited
 from app.store import repository as repo
 from app.store.db import core_read, core_write
-from app.store.tenancy import link_payloads, own_payload
+from app.store.tenancy import link_payloads, own_payloads
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile, ProfileRegistry
 from app.wire import anthropic as anthropic_wire
@@ -387,11 +387,13 @@ def save(db: repo.Db, plan: RequestPlan, base: repo.StoredManifest | None = None
     if base is None or base.source is None:
         link_payloads(db, [h for h in plan.derived_payloads if h in stored_before], session_id=sid,
                       tenant_id=tenant_id)
-    for handle, data in plan.derived_payloads.items():
-        if handle not in stored_before:  # the previous manifest's index payloads are stored already
-            stored = own_payload(db, data, session_id=sid, tenant_id=tenant_id)
-            if stored != handle:  # content-addressed: the note must name exactly what is stored
-                raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
+    # the previous manifest's index payloads are stored already
+    new = {h: data for h, data in plan.derived_payloads.items() if h not in stored_before}
+    for handle, data in new.items():
+        if (stored := repo.sha256_hex(data)) != handle:  # content-addressed: the note names exactly what is stored
+            raise ServerFault(f"elision index stored as {stored} but the trunk names {handle}", handle=handle)
+    if new:
+        own_payloads(db, new, session_id=sid, tenant_id=tenant_id)
     repo.put_previous_request(db, sid, manifest.format, replace(plan.previous, manifest_id=saved.id))
     return saved
 

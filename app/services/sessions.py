@@ -34,7 +34,7 @@ from app.store import repository as repo
 from app.store import search as search_store
 from app.store.db import after_commit
 from app.store.tables import ArtifactRow, EventRow, SessionRow, iso_utc, utcnow
-from app.store.tenancy import own_payload
+from app.store.tenancy import own_payload, own_payloads
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 
@@ -216,6 +216,13 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     plans: int | None = None  # plan versions stored so far (read once, at the batch's first plan)
     inference = Inference(db, row, shell_states)  # bindings inferred from declared shell tools' commands (issue 11)
     client_wrote = False  # the batch posted artifact writes since its previous tool result
+    payloads: dict[str, bytes] = {}  # the batch's payloads by handle, stored together at the end
+    added_bytes = 0  # what the batch adds to the session's stored_bytes (its payloads, as if not deduplicated)
+
+    def payload(data: bytes) -> str:
+        handle = repo.sha256_hex(data)
+        payloads[handle] = data
+        return handle
     for index, event in enumerate(events):
         event_id, kind = event["event_id"], event["kind"]
         digest = _fingerprint(_canonical_event(event))
@@ -243,8 +250,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
                                                             for b in body["thinking"]]
             data = _checked_payload(canonical_json(canonical).encode("utf-8"), max_payload_bytes, field="message",
                                     **where)
-            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
-            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            body["handle"] = payload(data)
+            added_bytes += len(data)
             if redact and (kinds := redaction.redact_event(body)):
                 body["redactions"] = list(kinds)
                 redacted += kinds
@@ -278,14 +285,14 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             else:
                 answers.append((call_id, seq + 1))
             data = _checked_payload(body.pop("payload").encode("utf-8"), max_payload_bytes, field="payload", **where)
-            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
-            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            body["handle"] = payload(data)
+            added_bytes += len(data)
             done = redaction.redact_payload(data.decode("utf-8")) if redact else None
             rendered = done.text if done is not None and done.changed else data.decode("utf-8")
             if done is not None:
                 redacted += done.kinds
             if done is not None and done.changed:
-                body["view"] = own_payload(db, done.text.encode("utf-8"), session_id=session_id, tenant_id=row.tenant_id)
+                body["view"] = payload(done.text.encode("utf-8"))
                 body["redactions"] = list(done.kinds)
             new_outputs.append(body.get("view") or body["handle"])  # the text that is rendered is counted
             _bind_reads(db, session_id, body, where)
@@ -298,8 +305,8 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
             # issue 16: the text is kept whole behind a handle too (the record and the
             # manifest name it when the text leaves the request)
             data = _checked_payload(body["text"].encode("utf-8"), max_payload_bytes, field="text", **where)
-            body["handle"] = own_payload(db, data, session_id=session_id, tenant_id=row.tenant_id)
-            row.stored_bytes = (row.stored_bytes or 0) + len(data)
+            body["handle"] = payload(data)
+            added_bytes += len(data)
             done = redaction.redact_payload(body["text"]) if redact else None
             if done is not None:
                 redacted += done.kinds
@@ -335,6 +342,9 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     inference.finish(seq)
     repo.add_tool_calls(db, session_id, [(call_id, c, r) for call_id, (c, r) in new_calls.items()])
     repo.answer_tool_calls(db, session_id, answers)
+    own_payloads(db, payloads, session_id=session_id, tenant_id=row.tenant_id)
+    if added_bytes:
+        row.stored_bytes = (row.stored_bytes or 0) + added_bytes
     row.last_seq = seq
     db.flush()
     search_store.add_event_texts(db, session_id, texts)

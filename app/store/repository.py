@@ -171,6 +171,23 @@ def put_payload(db: Db, data: bytes) -> str:
     return digest
 
 
+def put_payloads(db: Db, payloads: Mapping[str, bytes]) -> None:
+    """Store each payload of ``payloads`` (by its sha256 hex, :func:`sha256_hex`) once: one
+    multi-row insert that skips those already stored (PostgreSQL and SQLite)."""
+    insert = _upsert_insert(db)
+    if insert is None:  # pragma: no cover - PostgreSQL and SQLite only
+        for data in payloads.values():
+            put_payload(db, data)
+        return
+    rows = [{"sha256": h, "size": len(d), "data": d} for h, d in payloads.items()]
+    for start in range(0, len(rows), _PAYLOAD_ROWS):
+        db.execute(insert(PayloadRow).values(rows[start:start + _PAYLOAD_ROWS])
+                   .on_conflict_do_nothing(index_elements=["sha256"]))
+
+
+_PAYLOAD_ROWS = 200  # rows per insert of put_payloads (4 parameters each; within SQLite's and psycopg's limits)
+
+
 def get_payload(db: OrmSession, handle: str) -> tuple[str, bytes] | None:
     """The payload whose sha256 hex is ``handle`` or starts with it (unambiguous prefix).
 

@@ -3,6 +3,7 @@ and deletion. Rows never leave ``app/store``; services call these and never comm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from sqlalchemy import and_, delete, exists, func, or_, select, update
@@ -93,23 +94,36 @@ def tenant_stored_bytes(db: OrmSession, tenant_id: str) -> int:
 # --- payload ownership ----------------------------------------------------------------
 
 def own_payload(db: repo.Db, data: bytes, *, session_id: str, tenant_id: str) -> str:
-    """Store ``data`` once under its sha256 (``repository.put_payload``) and link it to the
-    session; returns the handle.
-
-    Safe against a concurrent session delete removing the same content: the payload row is
-    share-locked (PostgreSQL ``FOR KEY SHARE``) before the link is written, so a delete that
-    locked it first has committed by then and the row is simply stored again; a delete that
-    comes later waits for this transaction and then sees the link (``delete_session``).
-    SQLite serialises writers (``BEGIN IMMEDIATE``): the race cannot happen there.
-    """
-    while True:
-        handle = repo.put_payload(db, data)
-        pinned = db.execute(select(PayloadRow.sha256).where(PayloadRow.sha256 == handle)
-                            .with_for_update(key_share=True, read=True)).scalar_one_or_none()
-        if pinned is not None:
-            break
-    link_payloads(db, [handle], session_id=session_id, tenant_id=tenant_id)
+    """Store ``data`` once under its sha256 and link it to the session (:func:`own_payloads`
+    of one); returns the handle."""
+    handle = repo.sha256_hex(data)
+    own_payloads(db, {handle: data}, session_id=session_id, tenant_id=tenant_id)
     return handle
+
+
+def own_payloads(db: repo.Db, payloads: Mapping[str, bytes], *, session_id: str, tenant_id: str) -> None:
+    """Store each of ``payloads`` (by handle: its sha256 hex) once
+    (``repository.put_payloads``) and link them all to the session: a few statements
+    whatever their number (a POST stores its batch's payloads together).
+
+    Safe against a concurrent session delete removing the same content: on PostgreSQL the
+    payload rows are share-locked (``FOR KEY SHARE``) before the links are written, so a
+    delete that locked one first has committed by then and that row is simply stored again;
+    a delete that comes later waits for this transaction and then sees the links
+    (``delete_session``). SQLite serialises writers (``BEGIN IMMEDIATE``): the race cannot
+    happen there, and the rows are not read back.
+    """
+    missing = sorted(payloads)
+    while missing:
+        repo.put_payloads(db, {h: payloads[h] for h in missing})
+        if repo.dialect_name(db) == "sqlite":
+            break
+        pinned: set[str] = set()
+        for start in range(0, len(missing), CHUNK):
+            pinned.update(db.execute(select(PayloadRow.sha256).where(PayloadRow.sha256.in_(missing[start:start + CHUNK]))
+                                     .with_for_update(key_share=True, read=True)).scalars())
+        missing = [h for h in missing if h not in pinned]
+    link_payloads(db, list(payloads), session_id=session_id, tenant_id=tenant_id)
 
 
 def link_payloads(db: repo.Db, handles: list[str], *, session_id: str, tenant_id: str) -> None:

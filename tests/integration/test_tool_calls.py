@@ -5,6 +5,8 @@ as live ingest fills it (and adds the payloads' token_counts column, empty)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -231,3 +233,43 @@ def test_a_post_reads_only_its_batch(engine: sa.Engine) -> None:
     assert len(reads) == 1 and " IN " in reads[0].upper()
     assert not any("FROM events" in s and "event_id IN" not in s.replace("events.event_id", "event_id") for s in many
                    if s.lstrip().upper().startswith("SELECT")), many
+
+
+def test_a_batch_stores_its_payloads_together(engine: sa.Engine) -> None:
+    """A batch's payloads (messages, tool outputs; repeats stored once) go in with one insert
+    and are linked to the session with one more, whatever their number; each is stored
+    under its sha256 and linked, the session's stored_bytes counts each event's payload, and
+    content another session stored already is linked, not stored twice."""
+    factory = make_session_factory(engine)
+    first, sid = new_session(factory), new_session(factory)
+    post(factory, first, assistant("a0", "c0"), result("r0", "c0", "shared\n"))
+    calls = [f"c{i}" for i in range(1, 41)]
+    events = [assistant("a1", *calls)]
+    events += [result(f"r{i}", c, "shared\n" if i == 0 else ("same\n" if i < 5 else f"out {i}\n"))
+               for i, c in enumerate(calls)]
+    captured: list[str] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        captured.append(" ".join(statement.split()).upper())
+
+    sa.event.listen(engine, "before_cursor_execute", capture)
+    try:
+        post(factory, sid, *events)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", capture)
+    assert sum(s.startswith("INSERT INTO PAYLOADS ") for s in captured) == 1, captured
+    assert sum(s.startswith("INSERT INTO PAYLOAD_OWNERS ") for s in captured) == 1, captured
+    with engine.connect() as conn:
+        bodies = [row[0] for row in conn.execute(sa.text("SELECT body FROM events WHERE session_id = :s"), {"s": sid})]
+        bodies = [b if isinstance(b, dict) else json.loads(b) for b in bodies]
+        handles = {b["handle"] for b in bodies}
+        owned = {row[0] for row in conn.execute(sa.text("SELECT sha256 FROM payload_owners WHERE session_id = :s"),
+                                                {"s": sid})}
+        stored = dict(conn.execute(sa.text("SELECT sha256, data FROM payloads")).all())
+        stored_bytes = conn.execute(sa.text("SELECT stored_bytes FROM sessions WHERE id = :s"), {"s": sid}).scalar_one()
+    assert len(bodies) == 41 and owned == handles
+    assert len(handles) == 1 + 1 + 1 + 35  # the message, "shared", "same" and 35 distinct outputs
+    for handle in handles:
+        assert hashlib.sha256(bytes(stored[handle])).hexdigest() == handle
+    sizes = {h: len(bytes(stored[h])) for h in handles}
+    assert stored_bytes == sum(sizes[b["handle"]] for b in bodies)  # as if not deduplicated
