@@ -38,8 +38,10 @@ class Settings(BaseSettings):
     local_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=0, description=(
         "byte bound of the in-process segment token cache (when no Redis)"))
     memo_bytes: int = Field(default=256 * 1024 * 1024, ge=0, description=(
-        "byte bound (estimated) of the per-session assembly memo: parsed events, leaf messages, the "
-        "previous request's ids; least recently used sessions are dropped and re-read from the database"))
+        "byte bound (estimated, at or above the real size) of the per-session assembly memo: parsed events, "
+        "leaf messages and what is derived from them, the previous request's ids and manifest; about 27 kB "
+        "per event (a 400-event session: ~11 MB); least recently used sessions are dropped and re-read "
+        "from the database"))
     shell_state_bytes: int = Field(default=64 * 1024 * 1024, ge=0, description=(
         "byte bound (estimated) of the per-session shell inference state kept between POSTs (texts written, "
         "artifacts seen, calls unanswered); a session dropped rebuilds it from its stored calls; 0: none kept"))

@@ -496,7 +496,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
                 if source is not None and "folded_seqs" in source else None
         manifest_bytes = saved.json_bytes()
         # the memo holds the manifest's JSON and its parts' bytes (the next delta's base)
-        memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=2 * len(manifest_bytes))
+        memo.remember(session_id, fmt, plan.remembered, saved, manifest_bytes=len(manifest_bytes))
         _observe(profile, plan, policy)
         return AssembledRequest(request=plan.body, manifest=replace(plan.manifest, id=saved.id),
                                 body_bytes=plan.body_bytes, assembly=plan.assembly, reuse=plan.reuse, attempts=attempt,

@@ -83,12 +83,15 @@ def test_events_are_loaded_incrementally_and_equal_a_full_load(factory) -> None:
 
 
 def test_byte_bound_drops_least_recently_used_sessions(factory) -> None:
-    memo = AssemblyMemo(max_bytes=30_000)
-    sids = [new_session(factory, 2, 5_000) for _ in range(4)]  # ~20 kB each in the memo
+    sids = [new_session(factory, 2, 5_000) for _ in range(4)]
+    one = AssemblyMemo()
+    memo_events(one, factory, sids[0], last_seq(factory, sids[0]))
+    bound = one.bytes * 3 // 2  # one session fits, two do not
+    memo = AssemblyMemo(max_bytes=bound)
     for sid in sids:
         memo_events(memo, factory, sid, last_seq(factory, sid))
         memo.leaf_cache(sid)["k"] = "v"
-    assert memo.bytes <= 30_000 and len(memo) == 1, "only the most recent session fits"
+    assert memo.bytes <= bound and len(memo) == 1, "only the most recent session fits"
     assert memo.leaf_cache(sids[-1]) == {"k": "v"}
     assert memo.leaf_cache(sids[0]) == {}, "an evicted session starts empty"
 
