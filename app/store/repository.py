@@ -159,27 +159,16 @@ def _upsert_insert(db: OrmSession | Connection) -> Any:
     return pg_insert if dialect == "postgresql" else sqlite_insert if dialect == "sqlite" else None
 
 
-def put_payload(db: Db, data: bytes) -> str:
-    """Store ``data`` once under its sha256 (hex); returns the handle."""
-    digest = sha256_hex(data)
-    values = {"sha256": digest, "size": len(data), "data": data}
-    insert = _upsert_insert(db)
-    if insert is not None:
-        db.execute(insert(PayloadRow).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
-    elif core(db).execute(select(PayloadRow.sha256).where(PayloadRow.sha256 == digest)).first() is None:
-        core(db).execute(core_insert(PayloadRow.__table__).values(**values))
-    return digest
-
-
 def put_payloads(db: Db, payloads: Mapping[str, bytes]) -> None:
     """Store each payload of ``payloads`` (by its sha256 hex, :func:`sha256_hex`) once: one
     multi-row insert that skips those already stored (PostgreSQL and SQLite)."""
     insert = _upsert_insert(db)
-    if insert is None:  # pragma: no cover - PostgreSQL and SQLite only
-        for data in payloads.values():
-            put_payload(db, data)
-        return
     rows = [{"sha256": h, "size": len(d), "data": d} for h, d in payloads.items()]
+    if insert is None:  # pragma: no cover - PostgreSQL and SQLite only
+        for row in rows:
+            if core(db).execute(select(PayloadRow.sha256).where(PayloadRow.sha256 == row["sha256"])).first() is None:
+                core(db).execute(core_insert(PayloadRow.__table__).values(**row))
+        return
     for start in range(0, len(rows), _PAYLOAD_ROWS):
         db.execute(insert(PayloadRow).values(rows[start:start + _PAYLOAD_ROWS])
                    .on_conflict_do_nothing(index_elements=["sha256"]))
