@@ -66,13 +66,14 @@ def _event_bytes(event: Event) -> int:
     """Estimated bytes the memo holds for ``event``: its text twice (the event and the leaf
     message built from it) and :data:`EVENT_DERIVED_BYTES`."""
     if isinstance(event, ToolResultEvent):
-        return 2 * len(event.payload) + EVENT_DERIVED_BYTES
-    if isinstance(event, MessageEvent):
+        text = len(event.payload)
+    elif isinstance(event, MessageEvent):
         text = len(event.content) + len(event.reasoning or "")
         text += sum(len(c.arguments) + len(c.name) + len(c.call_id) for c in event.tool_calls)
-        return 2 * text + EVENT_DERIVED_BYTES
-    text_of = getattr(event, "text", None)  # plans, documents, conclusions (issue 16): text twice too
-    return (2 * len(text_of) if isinstance(text_of, str) else 0) + EVENT_DERIVED_BYTES
+    else:  # plans, documents, conclusions (issue 16) carry a text
+        text_of = getattr(event, "text", None)
+        text = len(text_of) if isinstance(text_of, str) else 0
+    return 2 * text + EVENT_DERIVED_BYTES
 
 
 @dataclass
