@@ -338,6 +338,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                   "extra: pip install 'ctxd[eval]' (from a checkout: pip install -e '.[eval]'), or pass --no-plots "
                   "for the report without plots"), highlight=False)
         return EXIT_FAILED
+    if args.interactive:
+        return _eval_interactive(args, err)
     policies = [p.strip() for p in re.split(r",(?![^\[]*\])", args.policies) if p.strip()]
     policies += sweep_policies(args.sweep_t_hi, args.sweep_k, args.sweep_record, args.sweep_lo_ratio)
     start = time.perf_counter()
@@ -345,7 +347,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         info = profile_info(args.profile)
         prices = default_prices(info, args.price_uncached, args.price_cached)
         run = run_eval(args.paths, policies=policies, profile=args.profile, workers=args.workers,
-                       progress=not args.quiet)
+                       progress=not args.quiet, inject=args.inject_instructions)
         results = write_report(run, args.out, prices=prices, info=info, plots=not args.no_plots)
     except (TrajectoryFormatError, OSError, ValueError, UnknownProfile, TokenizerUnavailable) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -354,9 +356,44 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     for policy, entry in results["policies"].items():
         t = entry["total"]
         err.print(f"{escape(policy):>7}: {t['input_tokens']:>12,} input tokens, reuse {100 * (t['reuse_ratio'] or 0):5.1f}%, "
-                  f"${t['cost_usd']:,.2f}, over limit {t['over_limit']}", highlight=False)
+                  f"${t['cost_usd']:,.2f}, over limit {t['over_limit']}" + (
+                      f", instruction retention {t['instruction_retention']:.3f} ({t['instruction_pairs']:,} pairs), "
+                      f"passes per call {t['passes_per_call'] or 0:.3f}"
+                      if args.inject_instructions and t["instruction_retention"] is not None else ""),
+                  highlight=False)
     err.print(f"{run.calls_per_policy:,} model calls x {len(policies)} policies over {len(run.traces)} traces in "
               f"{elapsed:.1f} s ({run.workers} worker(s)); report in {escape(str(args.out))}/report.md", highlight=False)
+    return EXIT_OK
+
+
+def _eval_interactive(args: argparse.Namespace, err: Console) -> int:
+    """``ctxd eval --interactive``: replay interactive sessions (app/eval/interactive.py) under
+    select; write interactive.md and interactive.json in the output folder."""
+    import json
+    from pathlib import Path
+
+    from rich.markup import escape
+
+    from app.domain.errors import TokenizerUnavailable, UnknownProfile
+    from app.eval.interactive import render_interactive, run_interactive
+
+    policy = args.policies if args.policies in ("select", "window") else "select"
+    try:
+        results = run_interactive(args.paths, profile=args.profile, policy=policy, progress=not args.quiet)
+    except (OSError, ValueError, UnknownProfile, TokenizerUnavailable) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return EXIT_BAD_INPUT
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "interactive.json").write_text(json.dumps(results, indent=1, sort_keys=True), encoding="utf-8")
+    report = render_interactive(results)
+    (out / "interactive.md").write_text(report, encoding="utf-8")
+    t = results["total"]
+    err.print(f"{len(results['sessions'])} interactive sessions, {t['calls']:,} model calls ({policy}) in "
+              f"{results['seconds']:.1f} s: instruction retention {t['instruction_retention'] or 0:.3f} "
+              f"({t['instruction_pairs']:,} pairs), short user messages kept {t['short_user_retention'] or 0:.3f}, "
+              f"passes per call {t['passes_per_call'] or 0:.3f}; report in {escape(str(out))}/interactive.md",
+              highlight=False)
     return EXIT_OK
 
 
@@ -527,6 +564,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record budgets of the sweep (default: %(default)s)")
     p.add_argument("--sweep-lo-ratio", type=float, default=0.4, metavar="R",
                    help="T_lo = R * T_hi in the sweep (default: %(default)s)")
+    p.add_argument("--inject-instructions", action="store_true",
+                   help="insert a user message holding a standing instruction (the shipped corpus) before the "
+                        "calls at 1/4, 1/2 and 3/4 of each trace, and report instruction retention (every later "
+                        "request holds each verbatim)")
+    p.add_argument("--interactive", action="store_true",
+                   help="the paths are interactive sessions (the shared interactive/ format: OpenAI messages with "
+                        "marked instructions; none: the shared interactive traces), posted as an SDK re-posts its "
+                        "history; reports instruction retention, short user messages kept and passes per call")
     p.set_defaults(handler=_cmd_eval)
     return parser
 

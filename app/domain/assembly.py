@@ -122,6 +122,9 @@ class Assembly:
     over_target: str | None = None
     invalidation: InvalidationReport = field(default_factory=InvalidationReport)  # the manifest's summary
     forecast: PassForecast | None = None  # select's pass forecast (pass_due forecast from the watermarks)
+    #: a pass was due (over T_hi) and held back for want of progress (:func:`pass_without_progress`):
+    #: ``{"tokens", "after", "frees", "needs"}``, the request without and with it; None otherwise
+    held: Mapping[str, int] | None = None
 
 
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
@@ -1329,18 +1332,37 @@ def _touched_groups(plan: InvalidationPlan, firsts: Sequence[int],
     return out
 
 
-def pass_over_target(measurement: Measurement, t_lo: int, *, rejected: bool, newest_only: bool) -> str:
+def pass_over_target(measurement: Measurement, t_lo: int, *, rejected: bool, newest_only: bool,
+                     user_text_tokens: int = 0, pinned_message_tokens: int = 0) -> str:
     """Why a pass whose request measures ``measurement`` (tokens) ended above ``t_lo``
     (:data:`app.domain.compaction.watermarks.OVER_TARGET_REASONS`): ``protected`` when the
     protected-field check rejected a fold point; else, with every group but the newest folded
     (``newest_only``), ``pinned`` when root + trunk (contract + record) alone exceed ``t_lo``
-    and ``newest_group`` otherwise; else ``pending`` (a group awaiting results bounds the fold)."""
+    without the record's section "What the user said" (``user_text_tokens``), ``user_text``
+    when they do with it, ``pinned_message`` when the newest user message kept in the leaf
+    (``pinned_message_tokens``) takes them over, and ``newest_group`` otherwise; else
+    ``pending`` (a group awaiting results bounds the fold)."""
     if rejected:
         return "protected"
     if not newest_only:
         return "pending"
-    return "pinned" if measurement.by_zone.get("root", 0) + measurement.by_zone.get("trunk", 0) > t_lo \
-        else "newest_group"
+    pinned = measurement.by_zone.get("root", 0) + measurement.by_zone.get("trunk", 0)
+    if pinned - user_text_tokens > t_lo:
+        return "pinned"
+    if pinned > t_lo:
+        return "user_text"
+    return "pinned_message" if pinned + pinned_message_tokens > t_lo else "newest_group"
+
+
+def pass_without_progress(before: int, after: int, *, t_hi: int, t_lo: int, input_limit: int) -> bool:
+    """Whether a pass that takes the request from ``before`` to ``after`` tokens should not
+    run (no pass without progress): it ends above ``t_lo`` (what it cannot fold, the pinned
+    part, keeps the request there), it frees less than ``t_hi - t_lo`` tokens, and the request
+    without it is within ``input_limit``. Such a pass would rewrite the trunk (the cached prefix
+    lost) to win a few hundred tokens, and run again at the next call; skipped, the request
+    grows until the foldable part is worth a pass (``t_hi - t_lo``, what a normal pass frees at
+    least) or the limit forces one. A pass that reaches ``t_lo`` always frees more than that."""
+    return after > t_lo and before - after < t_hi - t_lo and before <= input_limit
 
 
 def warm_window(events: Sequence[Event], *, budget: Budget, meter: TokenMeter, item_cap_tokens: int,
@@ -1559,6 +1581,8 @@ def assemble_window(
     pass_due = forecast.due if forecasting and forecast is not None else bool(options.pass_due)
     k = first_kept
     fitted: FittedGroup | None = None
+    unfolded, unfolded_conversation = measurement, conversation  # the request without a pass
+    held_pass: dict[str, int] | None = None  # a pass was due but would not make progress (pass_without_progress)
     if measurement.total > (budget.input_limit if fold is None else min(fold.watermarks.t_hi, budget.input_limit)):
         # Smallest k whose request fits the eviction target (binary search; the count is
         # non-increasing in k up to the breadcrumb's growth, so verify and step after).
@@ -1602,6 +1626,13 @@ def assemble_window(
             if findings:  # no smaller fold keeps them within input_limit: served, and said so
                 warnings_extra.append(f"the pass at fold point seq {groups[k].first_seq if k < len(groups) else 0} "
                                       f"loses protected fields: {'; '.join(str(f) for f in findings)[:2000]}")
+            if k > first_kept and pass_without_progress(
+                    unfolded.total, measurement.total, t_hi=fold.watermarks.t_hi, t_lo=fold.watermarks.t_lo,
+                    input_limit=budget.input_limit):
+                held_pass = {"tokens": unfolded.total, "after": measurement.total,
+                             "frees": unfolded.total - measurement.total,
+                             "needs": fold.watermarks.t_hi - fold.watermarks.t_lo}
+                k, conversation, measurement = first_kept, unfolded_conversation, unfolded
         if measurement.total > budget.input_limit and groups:
             group = groups[newest]
 
@@ -1633,8 +1664,10 @@ def assemble_window(
             conversation, measurement = build(k)
     over_target = None
     if fold is not None and k > first_kept and measurement.total > fold.watermarks.t_lo:
+        pinned_now = sum(meter.count_text(m.content) for m in leaf_groups[pin]) if pin is not None and pin < k else 0
         over_target = pass_over_target(measurement, fold.watermarks.t_lo, rejected=bool(rejected),
-                                       newest_only=k >= newest)
+                                       newest_only=k >= newest, pinned_message_tokens=pinned_now,
+                                       user_text_tokens=records[k].user_text.tokens if k in records else 0)
     cut_seq = groups[k].first_seq if k < len(groups) else 0
     cut_seq = max(cut_seq, previous_cut_seq)
 
@@ -1858,6 +1891,7 @@ def assemble_window(
         derived_payloads=derived_by_k.get(k, {}),
         record=records.get(k),
         over_target=over_target,
+        held=held_pass,
         forecast=forecast,
     )
 

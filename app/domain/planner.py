@@ -250,6 +250,8 @@ def compaction_report(assembly: Assembly, policy: Policy, layout: LayoutState) -
         if assembly.evicted_now > 0:  # issue 10 item 3: where the pass left the request, and why if above T_lo
             out["after_pass"] = {"tokens": assembly.measurement.total, "t_lo": policy.fold.watermarks.t_lo,
                                  "over": assembly.over_target}
+        if assembly.held is not None:  # over T_hi, the pass held back: it would free too little (no progress)
+            out["held"] = dict(assembly.held)
         if assembly.forecast is not None:
             out["forecast"] = assembly.forecast.as_dict()
         record = assembly.record
@@ -258,6 +260,7 @@ def compaction_report(assembly: Assembly, policy: Policy, layout: LayoutState) -
             source.pop("candidate", None)  # the record endpoint has it; the manifest says which and why
             out["record"] = {"fold_seq": record.fold_seq, "tokens": record.tokens, "budget": record.budget,
                              "folded_events": len(record.folded_seqs), "collapsed_groups": record.collapsed,
+                             "user_text": record.user_text.as_dict(),
                              "contract_version": record.contract_version, "source": source}
     return out
 def invalidation_options(session: Session, deferred: Sequence[int] = (), shown_upto: int = 0, *,

@@ -124,6 +124,10 @@ def tool_contents(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 # --------------------------------------------------------------------------- eq. 6
 
 
+#: a user's short message (characters): what the retention of short messages counts
+SHORT_USER_CHARS = 400
+
+
 def constraint_hits(text: str, constraints: Sequence[str]) -> int:
     """Eq. 6 at one request: how many of the task contract's constraint texts appear
     verbatim (exact substring, whitespace included) in the request text."""

@@ -32,6 +32,7 @@ from app.adapters.bash_effects import command_of
 from app.domain.invalidation import ArtifactLedger
 from app.domain.manifest import InvalidationReport
 from app.eval import metrics
+from app.eval.instructions import inject_instructions, injected_texts
 from app.eval.policies import EvalContext, RequestView, get_policy
 from app.traces import resolve_trace, traces_dir
 
@@ -50,6 +51,10 @@ class CallFacts:
     observations: tuple[metrics.Observation, ...]  # every observation posted before the call
     revisions: dict[str, int]  # artifact -> revision at the call
     candidates: tuple[str, ...] | None  # grounding identifiers; None for a failed call
+    #: standing instructions posted before the call: each must be verbatim in its request
+    instructions: tuple[str, ...] = ()
+    #: the user's messages of at most SHORT_USER_CHARS characters posted before the call
+    short_user: tuple[str, ...] = ()
 
 
 def _next_text(m: Any) -> str:
@@ -80,9 +85,15 @@ class TraceFacts:
         ledger = ArtifactLedger()  # the server's revisions: writes, and external changes revealed by content hashes
         revisions = ledger.revisions
         self.calls: list[CallFacts] = []
+        injected = injected_texts(traj)
+        instructions: list[str] = []
+        short_user: list[str] = []
         for step in miniswe.replay_plan(traj, infer_bindings=True):
             if isinstance(step, miniswe.PostEvents):
                 for e in step.events:
+                    if e["kind"] == "message" and e["role"] == "user":
+                        instructions += [e["content"]] if e["content"] in injected else []
+                        short_user += [e["content"]] if len(e["content"]) <= metrics.SHORT_USER_CHARS else []
                     if e["kind"] == "artifact_write":
                         ledger.write(e["artifact"], e.get("content_hash"))
                     elif e["kind"] == "tool_result":
@@ -100,7 +111,8 @@ class TraceFacts:
                 history = "\n".join(texts[: self._stop_position(step.index)])
                 candidates = tuple(metrics.grounding_candidates(_next_text(traj.messages[step.message_index]),
                                                                 history, self.root))
-            self.calls.append(CallFacts(step.index, tuple(observations), dict(revisions), candidates))
+            self.calls.append(CallFacts(step.index, tuple(observations), dict(revisions), candidates,
+                                        tuple(instructions), tuple(short_user)))
 
     def _stop_position(self, k: int) -> int:
         """Number of transcript messages before call k (system and task included)."""
@@ -153,6 +165,12 @@ class CallRecord:
     children: int = 0  # child sessions created so far
     conclusions: int = 0  # child conclusions in the leaf (one observation each)
     conclusion_tokens: int = 0
+    # what the user said (--inject-instructions, interactive sessions): the standing
+    # instructions and short user messages posted before the call, and how many are verbatim
+    instructions_total: int = 0
+    instructions_kept: int = 0
+    short_user_total: int = 0
+    short_user_kept: int = 0
 
 
 @dataclass
@@ -197,6 +215,8 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
         stale_items=per_item, tombstones=inv.tombstones, tombstone_tokens=inv.tombstone_tokens,
         replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
         stale_tokens_kept=inv.stale_tokens_kept, **view.scratchpad,
+        instructions_total=len(facts.instructions), instructions_kept=metrics.constraint_hits(text, facts.instructions),
+        short_user_total=len(facts.short_user), short_user_kept=metrics.constraint_hits(text, facts.short_user),
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,
         uncached_tokens=view.total - view.cached, over_limit=view.total > view.input_limit,
         by_role=view.by_role, by_zone=view.by_zone,
@@ -235,9 +255,13 @@ def replay_trace(path: str | Path, policy_name: str, ctx: EvalContext,
 
 
 def replay_trace_policies(path: str | Path, policies: Sequence[str], ctx: EvalContext,
-                          on_call: Callable[[int], None] | None = None) -> list[TraceResult]:
-    """Replay one trajectory under each policy (the facts are computed once)."""
+                          on_call: Callable[[int], None] | None = None, *,
+                          inject: bool = False) -> list[TraceResult]:
+    """Replay one trajectory under each policy (the facts are computed once); ``inject``:
+    with standing instructions inserted (:func:`app.eval.instructions.inject_instructions`)."""
     traj = miniswe.load_trajectory(path)
+    if inject:
+        traj = inject_instructions(traj)
     facts = TraceFacts(traj)
     return [replay_trace(path, p, ctx, on_call, traj=traj, facts=facts) for p in policies]
 
@@ -279,7 +303,7 @@ def _init_worker(profile: str, db_dir: str, queue: Any) -> None:
     ctx.meters.get(ctx.profiles.get(profile))  # load the tokenizer before the first task
 
 
-def _worker_task(path: str, policies: list[str]) -> list[dict[str, Any]]:
+def _worker_task(path: str, policies: list[str], inject: bool = False) -> list[dict[str, Any]]:
     queue = _WORKER.get("queue")
     pending = [0]
 
@@ -289,7 +313,7 @@ def _worker_task(path: str, policies: list[str]) -> list[dict[str, Any]]:
             queue.put(pending[0])
             pending[0] = 0
 
-    results = replay_trace_policies(path, policies, _WORKER["ctx"], on_call)
+    results = replay_trace_policies(path, policies, _WORKER["ctx"], on_call, inject=inject)
     if queue is not None and pending[0]:
         queue.put(pending[0])
     return [r.to_json() for r in results]
@@ -338,9 +362,10 @@ class EvalRun:
 
 
 def run_eval(paths: Sequence[str | Path], *, policies: Sequence[str], profile: str = "qwen3", workers: int = 2,
-             progress: bool = True) -> EvalRun:
+             progress: bool = True, inject: bool = False) -> EvalRun:
     """Replay every trajectory under every policy; ``workers`` processes (1 = in this
-    process). Raises ValueError for an unknown policy or profile."""
+    process); ``inject``: with standing instructions inserted into each
+    (:mod:`app.eval.instructions`). Raises ValueError for an unknown policy or profile."""
     for p in policies:
         get_policy(p)
     files = discover_traces(paths)
@@ -353,9 +378,9 @@ def run_eval(paths: Sequence[str | Path], *, policies: Sequence[str], profile: s
         if workers <= 1:
             ctx = make_context(profile, db_dir)
             for f in tasks:
-                results += replay_trace_policies(f, policies, ctx, advance)
+                results += replay_trace_policies(f, policies, ctx, advance, inject=inject)
         else:
-            results = _run_pool(tasks, list(policies), profile, db_dir, workers, advance)
+            results = _run_pool(tasks, list(policies), profile, db_dir, workers, advance, inject)
     results.sort(key=lambda r: (policies.index(r.policy), r.trace))
     from app.eval.overinvalidation import measure
 
@@ -365,7 +390,7 @@ def run_eval(paths: Sequence[str | Path], *, policies: Sequence[str], profile: s
 
 
 def _run_pool(tasks: list[Path], policies: list[str], profile: str, db_dir: str, workers: int,
-              advance: Callable[[int], None]) -> list[TraceResult]:
+              advance: Callable[[int], None], inject: bool = False) -> list[TraceResult]:
     import multiprocessing as mp
     import queue as queue_mod
     import threading
@@ -390,7 +415,7 @@ def _run_pool(tasks: list[Path], policies: list[str], profile: str, db_dir: str,
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                                  initargs=(profile, db_dir, q)) as pool:
-            futures = [pool.submit(_worker_task, str(f), policies) for f in tasks]
+            futures = [pool.submit(_worker_task, str(f), policies, inject) for f in tasks]
             results = [TraceResult.from_json(r) for fut in futures for r in fut.result()]
     finally:
         stop.set()

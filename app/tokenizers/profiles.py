@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app.domain.budget import Budget
+from app.domain.compaction.user_text import SECTION_TOKENS
 from app.domain.compaction.watermarks import Watermarks
 from app.domain.errors import UnknownProfile
 
@@ -34,6 +35,8 @@ class Profile:
     t_lo: int | None = None
     keep_groups: int = 3  # K: the newest turn groups a pass never folds
     record_tokens: int | None = None  # the progress record's budget (default: the task_state share)
+    #: the budget of the record's section "What the user said" (default: SECTION_TOKENS, 2,048)
+    user_text_tokens: int | None = None
     render_reasoning: bool = False
     #: issue 14 item 3: add the ``recall`` tool declaration (app/domain/recall.py) after the
     #: session's tools in every request (off by default)
@@ -75,7 +78,9 @@ class Profile:
         t_lo = self.t_lo if self.t_lo is not None else int(t_hi * 0.6)
         record = self.record_tokens if self.record_tokens is not None else \
             (self.budget.role_limits()["task_state"] or limit // 10)
-        return Watermarks(t_hi=t_hi, t_lo=t_lo, keep_groups=self.keep_groups, record_tokens=record).check(limit)
+        user = self.user_text_tokens if self.user_text_tokens is not None else SECTION_TOKENS
+        return Watermarks(t_hi=t_hi, t_lo=t_lo, keep_groups=self.keep_groups, record_tokens=record,
+                          user_text_tokens=user).check(limit)
 
 
 RENDER_CACHES = ("native", "placeholders", "none")  # app/tokenizers/hf.py
@@ -113,6 +118,7 @@ def _parse(name: str, raw: Mapping[str, Any]) -> Profile:
             t_lo=int(raw.get("t_lo") or raw.get("low_watermark") or 0) or None,
             keep_groups=int(raw.get("keep_groups", 3)),
             record_tokens=int(raw["record_tokens"]) if raw.get("record_tokens") else None,
+            user_text_tokens=int(raw["user_text_tokens"]) if raw.get("user_text_tokens") else None,
             render_reasoning=bool(raw.get("render_reasoning", False)),
             recall=_flag(raw.get("recall", False), "recall"),
             chat_template_kwargs=_template_kwargs(raw.get("chat_template_kwargs", {}), raw["tokenizer"]),

@@ -101,7 +101,7 @@ def choose_record(fold: Fold, record: ProgressRecord, text: str, *, new_pass: bo
         return replace(record, source=source.as_dict()), text
     written = render_written_record(contract, source.candidate, record, rejected=len(source.rejections))
     tokens = count(render_written_record(contract, source.candidate, record, rejected=len(source.rejections),
-                                         with_contract=False))
+                                         with_contract=False, with_user_text=False))
     if tokens > record.budget:
         over = replace(source, source="deterministic", candidate=None,
                        rejections=(*source.rejections, ((f"budget record: the admitted candidate renders to {tokens} "
@@ -141,11 +141,12 @@ def fold_record(contract: Contract, events: Sequence[Event], groups: Sequence[Tu
     group kept in the leaf whatever ``k`` (the newest user message), never folded."""
     fold_seq = groups[k].first_seq if k < len(groups) else (max((e.seq for e in events), default=0) + 1)
     pin = groups[pinned].first_seq if pinned is not None and pinned < k else None
-    key = ("progress_record", fold_seq, watermarks.record_tokens, contract, pin)
+    key = ("progress_record", fold_seq, watermarks.record_tokens, watermarks.user_text_tokens, contract, pin)
     cache: MutableMapping[Any, Any] = memo if memo is not None else {}
     hit = cache.get(key)
     if hit is None:
         record = build_record(contract, events, groups, fold_seq=fold_seq if k > 0 else 0,
-                              budget_tokens=watermarks.record_tokens, count=count, memo=memo, pinned=pin)
+                              budget_tokens=watermarks.record_tokens, count=count, memo=memo, pinned=pin,
+                              user_text_tokens=watermarks.user_text_tokens)
         hit = cache[key] = (record, render_record(record))
     return hit

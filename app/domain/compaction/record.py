@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from app.domain.compaction.evidence import Claim, claims_of
 from app.domain.compaction.lineage import SHORT_HANDLE, cut_line, split_lines
+from app.domain.compaction.user_text import SECTION_TOKENS, UserSection, protect_user_text, render_user_section
 from app.domain.layout import render_contract
 from app.domain.notes import bounded_note, current_notes
 from app.domain.scratchpad import current_documents, latest_plan
@@ -134,6 +135,7 @@ class FoldedEntry:
     turn_handles: tuple[str, ...] = ()
     index: str | None = None
     summary: str = ""
+    user: bool = False  # one group: a user message (its words in the section "What the user said")
 
     def as_dict(self) -> dict[str, Any]:
         return {"first_seq": self.first_seq, "last_seq": self.last_seq, "groups": self.groups, "seqs": list(self.seqs),
@@ -172,6 +174,9 @@ class ProgressRecord:
     tokens: int = 0
     budget: int = 0
     index_payloads: Mapping[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    #: what the user said in the folded turns (:mod:`app.domain.compaction.user_text`): its own
+    #: budget beside ``budget``; ``tokens`` counts the record without it
+    user_text: UserSection = field(default_factory=UserSection)
     #: which record the trunk holds (issue 10 item 6): None for the deterministic one asked of
     #: no summarizer; else :meth:`app.domain.compaction.written.RecordSource.as_dict` (``model``:
     #: an admitted candidate, rendered instead; ``deterministic``: with the rejection findings)
@@ -197,6 +202,9 @@ class ProgressRecord:
             "folded": [e.as_dict() for e in self.folded],
             "folded_seqs": list(self.folded_seqs),
             "collapsed_groups": self.collapsed,
+            "user_text": {**self.user_text.as_dict(),
+                          "entries": [{"seq": e.seq, "handle": e.handle, "text": e.text, "whole": e.whole}
+                                      for e in self.user_text.entries]},
             "tokens": self.tokens,
             "budget": self.budget,
             "source": dict(self.source) if self.source is not None else {"source": "deterministic"},
@@ -343,7 +351,8 @@ def _group_entry(group: TurnGroup) -> FoldedEntry:
     payloads = {r.seq: r.payload for r in group.results}
     observations = tuple(_observation(c, payloads[c.seq]) for c in claims_of((group.message, *group.results)))
     return FoldedEntry(first_seq=group.first_seq, last_seq=max(group.seqs), groups=1, seqs=group.seqs,
-                       observations=observations, turn_handles=(group.message.handle,))
+                       observations=observations, turn_handles=(group.message.handle,),
+                       user=group.message.role == "user")
 
 
 def _range_entry(groups: Sequence[TurnGroup], entries: Sequence[FoldedEntry], index: str) -> FoldedEntry:
@@ -423,7 +432,8 @@ def fit_plan(text: str, handle: str, limit_tokens: int, count: Callable[[str], i
 
 def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], *, fold_seq: int,
                  budget_tokens: int, count: Callable[[str], int],
-                 memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None) -> ProgressRecord:
+                 memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None,
+                 user_text_tokens: int = SECTION_TOKENS) -> ProgressRecord:
     """The progress record of the events before ``fold_seq`` (module docstring).
 
     ``groups``: the session's turn groups in seq order (those starting before ``fold_seq``
@@ -436,7 +446,9 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
     ``memo``: an optional mapping kept across calls (the session's leaf cache) holding each
     group's entry, so a pass digests only the groups it newly folds. ``pinned``: the first
     seq of a turn group kept verbatim in the leaf although it starts before the fold point
-    (the newest user message): it is not folded.
+    (the newest user message): it is not folded. ``user_text_tokens``: the budget of the
+    section "What the user said" (:func:`app.domain.compaction.user_text.protect_user_text`),
+    which holds every folded user message and is not counted in ``budget_tokens``.
     """
     kept = {s for g in groups if g.first_seq == pinned for s in g.seqs}
     folded_all = [g for g in groups if g.first_seq < fold_seq and g.first_seq != pinned]
@@ -465,6 +477,8 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
         fold_seq=fold_seq, artifacts=_artifacts(earlier), hypotheses=hypotheses, obligations=obligations,
         next_step=(step.seq, bounded_note(step.text, step.seq, "step")) if step is not None else None,
         budget=budget_tokens,
+        user_text=protect_user_text([g.message for g in folded_groups if g.message.role == "user"], count=count,
+                                    budget_tokens=user_text_tokens, memo=cache),
         plan=(plan.seq, plan.version, fit_plan(plan.text, plan.handle, budget_tokens // PLAN_SHARE, count))
         if plan is not None else None,
         conclusions=tuple((e.seq, e.child, e.handle, _one_line(e.text, COMMAND_CHARS)) for e in earlier
@@ -495,8 +509,8 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
         return _replace(base, folded=folded, observations=observations, collapsed=m if m > 1 else 0,
                         index_payloads=index)
 
-    def tokens(record: ProgressRecord) -> int:
-        return count(render_record(record, with_contract=False))
+    def tokens(record: ProgressRecord) -> int:  # what the record budget bounds: the user's words apart
+        return count(render_record(record, with_contract=False, with_user_text=False))
 
     record = with_collapsed(0)
     size = tokens(record)
@@ -587,14 +601,19 @@ def _protected_lines(entry: FoldedEntry, *, terse: bool) -> list[str]:
     return lines
 
 
-def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
+def render_record(record: ProgressRecord, *, with_contract: bool = True, with_user_text: bool = True) -> str:
     """The record as trunk text: the task contract (verbatim, with its version), then the
     record's sections; sections without content are left out. ``with_contract=False``
-    renders the record's own part only (what its budget bounds)."""
+    renders the record's own part only; with ``with_user_text=False`` too, what its budget
+    bounds (the section "What the user said" has its own).
+
+    Order: what only grows between passes first (artifacts, plan, notes, the folded turns'
+    observations, conclusions, documents), then what the user said (a pass appends to it), then
+    the volatile part (the names index, the next step)."""
     parts: list[str] = [render_contract(Contract(record.goal, record.constraints, record.contract_version))] \
         if with_contract else []
     if not (record.folded or record.artifacts or record.hypotheses or record.obligations or record.next_step
-            or record.plan or record.conclusions or record.documents):
+            or record.plan or record.conclusions or record.documents or record.user_text.entries):
         return "\n".join(parts)
     last = max(record.folded_seqs) if record.folded_seqs else 0
     lines = ["# Progress record",
@@ -621,7 +640,9 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
             else:
                 turn = f"turn seq {entry.first_seq}, handle {entry.turn_handles[0][:SHORT_HANDLE]}"
                 if not entry.observations:
-                    lines.append(f"- seq {entry.first_seq}: {turn} (a message without tool calls)")
+                    lines.append(f"- seq {entry.first_seq}: {turn} (" + (
+                        "a user message: its words are under What the user said)" if entry.user else
+                        "a message without tool calls)"))
                 for i, o in enumerate(entry.observations):
                     lines.append(_observation_line(o, suffix=f" ({turn})" if i == 0 else ""))
     if record.conclusions:
@@ -632,6 +653,9 @@ def render_record(record: ProgressRecord, *, with_contract: bool = True) -> str:
         lines += ["", "## Retrieved documents replaced since (key, source, handle)"]
         lines += [f"- seq {seq} [{key}] {source}, handle {handle[:SHORT_HANDLE]}" for seq, key, source, handle in
                   record.documents]
+    user = render_user_section(record.user_text) if with_user_text else []
+    if user:
+        lines += ["", *user]
     if record.names:
         lines += ["", "## Names in the folded turns (paths, modules, functions the agent wrote; newest first)",
                   ", ".join(record.names)]

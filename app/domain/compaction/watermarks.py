@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from app.domain.compaction.user_text import SECTION_TOKENS
+
 __all__ = ["LEAF_FLOOR", "OVER_TARGET_REASONS", "Watermarks", "cycle_turns"]
 
 #: tokens ``T_lo`` must leave beside the record budget (:meth:`Watermarks.check`): room for the
@@ -25,14 +27,17 @@ __all__ = ["LEAF_FLOOR", "OVER_TARGET_REASONS", "Watermarks", "cycle_turns"]
 #: ``T_lo`` leaves less could never bring a request down to it.
 LEAF_FLOOR: Final = 512
 
-#: why a pass ended above ``T_lo`` (the manifest's ``compaction.after_pass.over``; issue 10
-#: item 3), each an exception the issue allows or a named shortfall:
+#: why a pass ended above ``T_lo`` (the manifest's ``compaction.after_pass.over``), each an
+#: exception the rules allow or a named shortfall:
 #: ``newest_group``: every group but the newest is folded (K shrank to 1) and root + trunk +
-#: the newest group (bounded at the per-item cap, issue 5) + the newest user message still
-#: exceed ``T_lo``; ``pinned``: root + contract + record alone exceed it; ``pending``: a group
-#: whose calls await results bounds the fold; ``protected``: the protected-field check rejected
-#: the fold point and the larger raw slice was kept.
-OVER_TARGET_REASONS: Final = ("newest_group", "pinned", "pending", "protected")
+#: the newest group (bounded at the per-item cap) + the newest user message still exceed
+#: ``T_lo``; ``pinned``: root + contract + record (without what the user said) alone exceed it;
+#: ``user_text``: they do with the record's section "What the user said"; ``pinned_message``:
+#: root + trunk are within it and the newest user message, kept verbatim in the leaf, takes the
+#: request over; ``pending``: a group whose calls await results bounds the fold;
+#: ``protected``: the protected-field check rejected the fold point and the larger raw slice
+#: was kept.
+OVER_TARGET_REASONS: Final = ("newest_group", "pinned", "user_text", "pinned_message", "pending", "protected")
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,9 @@ class Watermarks:
         t_lo: target ``T_lo``; a pass brings the request to at most this (K shrinks, down to
             the newest group, until it does).
         keep_groups: K, the newest turn groups a pass never folds (>= 1).
-        record_tokens: the progress record's own budget (tokens of its rendered text).
+        record_tokens: the progress record's own budget (tokens of its rendered text, the
+            user's words apart).
+        user_text_tokens: the budget of the record's section "What the user said".
 
     Invariant (checked): ``0 < T_lo < T_hi <= input_limit`` (eq. 3:
     ``T_lo < T_hi <= W - O``, with the headroom M taken off), ``keep_groups >= 1``,
@@ -58,6 +65,9 @@ class Watermarks:
     t_lo: int
     keep_groups: int = 3
     record_tokens: int = 2000
+    #: the budget of the record's section "What the user said" (its own, beside record_tokens;
+    #: :mod:`app.domain.compaction.user_text`)
+    user_text_tokens: int = SECTION_TOKENS
 
     def __post_init__(self) -> None:
         if not 0 < self.t_lo < self.t_hi:
@@ -66,6 +76,8 @@ class Watermarks:
             raise ValueError("keep_groups (K) must be at least 1: the newest turn group is never folded")
         if self.record_tokens <= 0:
             raise ValueError("record_tokens must be positive")
+        if self.user_text_tokens <= 0:
+            raise ValueError("user_text_tokens must be positive")
 
     def check(self, input_limit: int) -> Watermarks:
         """This value if ``T_hi <= input_limit`` (eq. 3) and ``T_lo`` is achievable:
@@ -89,7 +101,7 @@ class Watermarks:
 
     def as_dict(self) -> dict[str, int]:
         return {"t_hi": self.t_hi, "t_lo": self.t_lo, "keep_groups": self.keep_groups,
-                "record_tokens": self.record_tokens}
+                "record_tokens": self.record_tokens, "user_text_tokens": self.user_text_tokens}
 
 
 def cycle_turns(t_hi: int, t_lo: int, arrival: int) -> int:

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 
 from app.domain.compaction.lineage import SHORT_HANDLE
 from app.domain.compaction.record import ProgressRecord
+from app.domain.compaction.user_text import render_user_section
 from app.domain.layout import render_contract
 from app.domain.types import Contract
 
@@ -154,7 +155,7 @@ def _handle_lines(record: ProgressRecord) -> list[str]:
 
 
 def render_written_record(contract: Contract, candidate: Mapping[str, Any], record: ProgressRecord, *,
-                          rejected: int = 0, with_contract: bool = True) -> str:
+                          rejected: int = 0, with_contract: bool = True, with_user_text: bool = True) -> str:
     """The trunk text of a pass that uses an admitted ``candidate`` (candidate schema,
     :data:`app.domain.audit.CANDIDATE_SCHEMA`): the session's ``contract`` (verbatim, from
     the host), then the candidate's artifacts, claims (one line per claim naming its event,
@@ -162,7 +163,9 @@ def render_written_record(contract: Contract, candidate: Mapping[str, Any], reco
     lines), hypotheses, obligations and next step, then the host's handles of everything
     ``record`` (the deterministic record of the same fold) folds. ``rejected``: the
     candidates the audit rejected before this one (said in the heading).
-    ``with_contract=False``: the record's own part (what the record budget bounds)."""
+    ``with_contract=False``: the record's own part; with ``with_user_text=False`` too, what
+    the record budget bounds. The section "What the user said" is the deterministic record's,
+    copied verbatim (the summarizer never writes it), between the folded turns and the next step."""
     last = max(record.folded_seqs) if record.folded_seqs else 0
     admitted = f"after {rejected} rejected candidate(s)" if rejected else "at the first candidate"
     lines = ["# Progress record (model-written)",
@@ -186,6 +189,9 @@ def render_written_record(contract: Contract, candidate: Mapping[str, Any], reco
     handles = _handle_lines(record)
     if handles:
         lines += ["", "## Folded turns (host index: seqs and handles)", *handles]
+    user = render_user_section(record.user_text) if with_user_text else []
+    if user:
+        lines += ["", *user]
     step = " ".join(str(candidate.get("next_step") or "").split())
     if step:
         lines += ["", "## Next bounded step", step]
