@@ -53,7 +53,7 @@ def test_eq3_cycle_turns_of_napkin_math_4_3() -> None:
 
 def test_watermarks_are_checked() -> None:
     assert Watermarks.of_limit(28_160, hi=0.5, lo=0.3).as_dict() == {"t_hi": 14_080, "t_lo": 8_448, "keep_groups": 3,
-                                                                    "record_tokens": 2000}
+                                                                    "record_tokens": 2000, "user_text_tokens": 2048}
     for bad in ({"t_hi": 100, "t_lo": 100}, {"t_hi": 100, "t_lo": 0}, {"t_hi": 100, "t_lo": 50, "keep_groups": 0},
                 {"t_hi": 100, "t_lo": 50, "record_tokens": 0}):
         with pytest.raises(ValueError):

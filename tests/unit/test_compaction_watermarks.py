@@ -73,11 +73,12 @@ def test_shipped_watermarks_are_the_measured_ones() -> None:
 
     profiles = load_profiles()
     marks = profiles["qwen3"].watermarks
-    assert marks.as_dict() == {"t_hi": 8448, "t_lo": 5632, "keep_groups": 1, "record_tokens": 1500}
+    assert marks.as_dict() == {"t_hi": 8448, "t_lo": 5632, "keep_groups": 1, "record_tokens": 1500,
+                               "user_text_tokens": 2048}
     assert marks.t_lo >= 3019 + marks.record_tokens
     assert profiles["qwen3-nothink"].watermarks == marks, "its own sweep chose the same (README)"
     assert profiles["mistral-tekken"].watermarks.as_dict() == {"t_hi": 9856, "t_lo": 6569, "keep_groups": 2,
-                                                                "record_tokens": 1500}
+                                                                "record_tokens": 1500, "user_text_tokens": 2048}
 
 
 # ---------------------------------------------------------------- after a pass

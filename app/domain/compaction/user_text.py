@@ -51,8 +51,8 @@ INSTRUCTION_CHARS: Final = 500
 #: what marks a gap between kept sentences
 GAP: Final = " [...] "
 
-HEADING: Final = ("## What the user said (their words, verbatim, in seq order; a long message keeps its leading "
-                  "sentences and its instructions, the whole message behind its handle)")
+HEADING: Final = ("## What the user said (verbatim, in seq order; where sentences are cut, the whole message is "
+                  "behind its handle)")
 
 _ABBREVIATIONS: Final = frozenset({"e.g.", "i.e.", "etc.", "vs.", "cf.", "mr.", "mrs.", "ms.", "dr.", "no.", "fig.",
                                    "approx.", "incl.", "ex.", "p.ex.", "st."})
@@ -265,10 +265,10 @@ def _entry_line(e: UserEntry) -> str:
     handle = e.handle[:SHORT_HANDLE]
     if e.whole:
         return f"- seq {e.seq} (handle {handle}): {e.text}"
-    what = f"{e.kept} of {e.sentences} sentences shown"
+    what = f"{e.kept} of {e.sentences} sentences"
     if e.instructions_cut:
-        what += f", {e.instructions_cut} instruction(s) cut to fit this section"
-    return f"- seq {e.seq} (handle {handle}; {what}, the whole message behind the handle): {e.text}"
+        what += f", {e.instructions_cut} instructions cut"
+    return f"- seq {e.seq} (handle {handle}; {what}): {e.text}"
 
 
 def render_user_section(section: UserSection) -> list[str]:
@@ -328,8 +328,12 @@ def protect_user_text(messages: Sequence[MessageEvent], *, count: Callable[[str]
                 best, hi = (mid, candidate), mid - 1
             else:
                 lo = mid + 1
-        chosen = levels(best[0] if best is not None else len(members))
-        entries, tokens = best[1] if best is not None else render(chosen)
+        if best is not None:
+            chosen, (entries, tokens) = levels(best[0]), best[1]
+            continue
+        reduced = render(levels(len(members)))
+        if reduced[1] < tokens:  # still over, but smaller: the next tier starts from it
+            chosen, (entries, tokens) = levels(len(members)), reduced
     base = [_entry(p, 0) for p in parsed]
     cuts = tuple(e.seq for e, b, lv in zip(entries, base, chosen) if lv > 0 and e != b)
     return UserSection(entries=entries, tokens=tokens, budget=budget_tokens, cuts=cuts)
