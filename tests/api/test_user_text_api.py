@@ -132,8 +132,8 @@ def _spec(tokens: int) -> str:
     parts: list[str] = ["# Product spec: the export service", ""]
     i = 0
     while count("\n".join(parts)) < tokens:
-        parts += [f"{i}. The exporter shall write batch {i} as a CSV file with {i % 17 + 3} columns, quoting every "
-                  f"field that holds a comma, and report rows {i * 13 % 101} to {i * 13 % 101 + 40} in its log."]
+        parts += [(f"{i}. The exporter shall write batch {i} as a CSV file with {i % 17 + 3} columns, quoting every "
+                  f"field that holds a comma, and report rows {i * 13 % 101} to {i * 13 % 101 + 40} in its log.")]
         i += 1
     return "\n".join(parts)
 
@@ -169,3 +169,53 @@ def test_a_pinned_spec_does_not_make_every_call_a_pass(client: TestClient) -> No
             assert manifest["cache"]["predicted_cached_tokens"] >= zones["root"] + zones["trunk"] + spec_tokens - 16, \
                 f"call {t}: the pinned spec is not reused"
     assert 1 <= passes <= 2, passes
+
+
+def _anthropic_turns(n: int) -> list[dict]:
+    """The task, then ``n`` tool turns of ~2,000 tokens; the user speaks inside the tool-result
+    message of turn 2 (a text block after the tool_result block, as Claude Code sends an
+    interjection) and in a message of its own at turn 5."""
+    messages: list[dict] = [{"role": "user", "content": "Fix the failing export in exporter.py."}]
+    for t in range(n):
+        messages.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"Reading part {t}."},
+            {"type": "tool_use", "id": f"toolu_{t}", "name": "bash", "input": {"command": f"cat part{t}.py"}}]})
+        blocks: list[dict] = [{"type": "tool_result", "tool_use_id": f"toolu_{t}",
+                               "content": payload("qwen3", 2000, f"part{t}")}]
+        if t == 2:
+            blocks.append({"type": "text", "text": "From now on, never touch the vendored copy under third_party/."})
+        messages.append({"role": "user", "content": blocks})
+        if t == 5:
+            messages.append({"role": "user", "content": [{"type": "text", "text": "the CI box has no network"}]})
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": "Noted."}]})
+    return messages
+
+
+def test_anthropic_user_text_blocks_survive_passes_and_the_task_stays_the_task(client: TestClient) -> None:
+    """Anthropic user text blocks (an interjection beside a tool_result, and a message of its
+    own) keep their words through the passes, in the record's section with their seq; and
+    the contract's goal stays the original task: a follow-up is never taken for the task
+    (the peer fault of charmbracelet/crush#3867, where the summary's continuation prompt
+    named the latest follow-up as the original request)."""
+    sid = new_session(client, profile="qwen3")
+    goal = client.get(f"/v1/sessions/{sid}").json()["contract"]["goal"]
+    messages = _anthropic_turns(12)
+    said = ["From now on, never touch the vendored copy under third_party/.", "the CI box has no network"]
+    passes = 0
+    for end in range(2, len(messages) + 1):
+        if messages[end - 1]["role"] != "user":
+            continue
+        r = client.post(f"/v1/sessions/{sid}/messages?format=anthropic", json={"messages": messages[:end], "start": 0})
+        assert r.status_code == 200, r.text
+        out = client.get(f"/v1/sessions/{sid}/request?format=anthropic").json()
+        text = json.dumps(out["request"], ensure_ascii=False)
+        for s in said:
+            if any(s in json.dumps(m, ensure_ascii=False) for m in messages[:end]):
+                assert json.dumps(s, ensure_ascii=False)[1:-1] in text, f"{s!r} lost at message {end}"
+        passes += bool(out["manifest"]["compaction"]["pass"])
+    assert passes >= 2
+    record = client.get(f"/v1/sessions/{sid}/record").json()
+    assert record["record"]["task"]["goal"] == goal, "the task is still the task"
+    entries = record["record"]["user_text"]["entries"]
+    assert [e["text"] for e in entries if e["text"] in said] == said[:1], "verbatim (the newest is in the leaf)"
+    assert "## What the user said" in record["text"] and goal in record["text"]

@@ -4,6 +4,7 @@ append-only growth, and its place in the deterministic and the model-written rec
 
 from __future__ import annotations
 
+import itertools
 import json
 from importlib import resources
 
@@ -73,7 +74,7 @@ def test_sentences_keep_their_exact_characters() -> None:
 def test_sentences_are_ordered_disjoint_and_trimmed(text: str) -> None:
     spans = sentence_spans(text)
     assert all(a < b for a, b in spans)
-    assert all(b <= c for (_, b), (c, _) in zip(spans, spans[1:]))
+    assert all(b <= c for (_, b), (c, _) in itertools.pairwise(spans))
     assert all(not text[a].isspace() and not text[b - 1].isspace() for a, b in spans)
     covered = {i for a, b in spans for i in range(a, b)}
     assert all(text[i].isspace() for i in range(len(text)) if i not in covered)
