@@ -528,11 +528,16 @@ def fit_newest_group(group: TurnGroup, *, budget: Budget, meter: TokenMeter, ite
 
 
 def observation_text(result: ToolResultEvent, body: str) -> str:
-    """A tool message's content: run facts the agent needs (exit code, exception), then the
-    output. The payload itself is never re-encoded (seed 000 section 4.4.2)."""
+    """A tool message's content: run facts the agent needs (exit code, a result posted as an
+    error, exception), then the output. The payload itself is never re-encoded (seed 000
+    section 4.4.2). ``is_error: true`` (a result posted with Anthropic's ``is_error``) is a
+    line of every format's content, so a failure shows in the openai body and the tokens
+    prompt too (the anthropic body also keeps the block's ``is_error``)."""
     header = []
     if result.exit_code is not None:
         header.append(f"exit_code: {result.exit_code}")
+    if result.conditions and result.conditions.get("is_error") is True:
+        header.append("is_error: true")
     exception = result.conditions.get("exception_info") if result.conditions else None
     if exception:
         header.append(f"exception: {exception}")

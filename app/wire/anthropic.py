@@ -42,14 +42,38 @@ def layout_warnings(conversation: Conversation) -> list[str]:
     """Notes on an Anthropic body that some Claude models may still refuse: a request that
     ends with an assistant turn is a prefill (the model continues that text), which Claude
     models from 4.6 on refuse with 400 ("The conversation must end with a user message")."""
+    out = []
     if conversation.leaf and conversation.leaf[-1].role == "assistant":
-        return [("anthropic: the request ends with an assistant turn, sent as a prefill (its text trimmed of "
-                "trailing whitespace); Claude models from 4.6 on refuse a prefill: post a user message or a "
-                "step before asking for the next request")]
-    return []
+        out.append("anthropic: the request ends with an assistant turn, sent as a prefill (its text trimmed of "
+                   "trailing whitespace); Claude models from 4.6 on refuse a prefill: post a user message or a "
+                   "step before asking for the next request")
+    for name, dropped in _dropped_fields(conversation):
+        out.append(f"anthropic: tool {name!r}: {', '.join(dropped)} not sent (no such field in Anthropic's tool "
+                   "schema: name, description, input_schema, strict)")
+    return out
+
+
+#: what an OpenAI function declaration carries that the Anthropic tool has: name,
+#: description, parameters (-> input_schema) and strict (structured tool inputs)
+_FUNCTION_FIELDS = frozenset({"name", "description", "parameters", "strict"})
+
+
+def _dropped_fields(conversation: Conversation) -> list[tuple[str, list[str]]]:
+    """Per tool, the declaration's fields the Anthropic body cannot carry (sorted)."""
+    out = []
+    for tool in conversation.tools:
+        fn = tool.get("function", tool)
+        dropped = sorted({f"function.{k}" for k in fn if k not in _FUNCTION_FIELDS} |
+                         ({k for k in tool if k not in ("type", "function")} if "function" in tool else set()))
+        if dropped:
+            out.append((str(fn.get("name")), dropped))
+    return out
 
 
 def _tools(conversation: Conversation) -> list[dict[str, Any]]:
+    """Tool declarations as Anthropic takes them: ``function.strict`` becomes the tool's
+    ``strict``; a field outside the tool schema is dropped, and :func:`layout_warnings`
+    names it."""
     out = []
     for tool in conversation.tools:
         fn = tool.get("function", tool)
@@ -57,6 +81,8 @@ def _tools(conversation: Conversation) -> list[dict[str, Any]]:
         if fn.get("description"):
             decl["description"] = fn["description"]
         decl["input_schema"] = fn.get("parameters") or {"type": "object", "properties": {}}
+        if isinstance(fn.get("strict"), bool):
+            decl["strict"] = fn["strict"]
         out.append(decl)
     return out
 

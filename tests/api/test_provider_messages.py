@@ -366,8 +366,9 @@ def anthropic_expected(messages: list[Any]) -> list[tuple[str, dict[str, Any]]]:
             for b in blocks:
                 if b["type"] == "tool_result":
                     e = {"type": "tool_result", "tool_use_id": b["tool_use_id"], "content": _text(b["content"])}
-                    if b.get("is_error"):
+                    if b.get("is_error"):  # the block's flag, and the run-fact line every format shows
                         e["is_error"] = True
+                        e["content"] = "is_error: true\n" + e["content"]
                     out.append(("user", e))
             text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
             if text:
@@ -406,7 +407,9 @@ def test_anthropic_sdk_messages_round_trip_with_thinking(client: TestClient) -> 
 
 def test_anthropic_history_in_the_openai_format(client: TestClient) -> None:
     """The same conversation asked for in the openai format: tool_use input as JSON
-    arguments, the thinking left out (qwen3 does not render reasoning), is_error not shown."""
+    arguments, the thinking left out (qwen3 does not render reasoning), is_error as the run-fact
+    line ``is_error: true`` (as ``exit_code:`` is one): a failure shows in every format (the
+    peer fault sgl-project/sglang#32610: an Anthropic error result sent on as a success)."""
     sid = new_session(client, system="")
     post_messages(client, sid, anthropic_history(), fmt="anthropic")
     leaf = openai_leaf(served(client, sid, "openai")["request"])
@@ -415,7 +418,12 @@ def test_anthropic_history_in_the_openai_format(client: TestClient) -> None:
         {"id": "toolu_01B", "type": "function",
          "function": {"name": "bash", "arguments": '{"command": "cat a.py", "n": [1, 2.5, null]}'}}]}
     assert [m["role"] for m in leaf] == ["user", "assistant", "tool", "tool", "user", "assistant"]
-    assert leaf[3]["content"] == "cat: a.py: denied"
+    assert leaf[3]["content"] == "is_error: true\ncat: a.py: denied"
+    assert leaf[2]["content"].startswith("is_error") is False, "a result not posted as an error has no such line"
+    served_tokens = served(client, sid, "tokens")
+    assert "is_error: true\ncat: a.py: denied" in served_tokens["request"]["prompt"]
+    assert len(served_tokens["request"]["prompt_token_ids"]) == served_tokens["manifest"]["tokens"]["total"], \
+        "counted exactly, the line included"
 
 
 def test_changed_thinking_signature_is_409(client: TestClient) -> None:
