@@ -14,7 +14,8 @@ def test_setting_names_round_trip_and_validate() -> None:
     s = SweepSetting.parse("select[hi=0.35,lo=0.14,k=3,r=1500]")
     assert (s.hi, s.lo, s.keep_groups, s.record_tokens) == (0.35, 0.14, 3, 1500)
     assert SweepSetting.parse(s.name) == s
-    assert s.watermarks(28_160).as_dict() == {"t_hi": 9856, "t_lo": 3942, "keep_groups": 3, "record_tokens": 1500}
+    assert s.watermarks(28_160).as_dict() == {"t_hi": 9856, "t_lo": 3942, "keep_groups": 3, "record_tokens": 1500,
+                                              "user_text_tokens": 2048}
     assert SweepSetting.parse("select[hi=0.5]") == SweepSetting(0.5, 0.2, 3, 1500)
     policy = get_policy("select[hi=0.4,k=2]")
     assert policy.infer_bindings and policy.setting == SweepSetting(0.4, 0.4 * 0.4, 2, 1500)
