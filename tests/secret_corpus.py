@@ -39,6 +39,10 @@ JWT = (base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').decode().rstrip(
 BEARER = _s(40, string.ascii_letters + string.digits + "-._")
 DB_PASSWORD = _s(6) + "#" + _s(8) + "!"
 URL_PASSWORD = _s(14)
+#: passwords in URL userinfo holding the punctuation userinfo allows (sub-delims, ":", "%XX")
+#: and a raw "@" people leave in them (URL parsers split the authority at the last "@")
+URL_PUNCT = [_s(6) + "!" + _s(3) + "$" + _s(4), _s(5) + ":" + _s(7), _s(4) + "&" + _s(3) + "=" + _s(5) + ";",
+             _s(6) + "'" + _s(2) + "(" + _s(3) + ")*+,", _s(5) + "%40" + _s(6) + "%2F", _s(6) + "@" + _s(7)]
 DJANGO_SECRET = "django-insecure-" + _s(40, string.ascii_lowercase + string.digits + "!@#%^&*(-_=+)")
 NPM = "npm_" + _s(36)
 PYPI = "pypi-AgEIcHlwaS5vcmc" + _s(80, string.ascii_letters + string.digits + "-_")
@@ -74,6 +78,13 @@ CORPUS: list[tuple[str, str, list[str]]] = [
     ("slack and google", f"slack: {SLACK}\nmaps key {GOOGLE} in config.js\n", [SLACK, GOOGLE]),
     ("jwt in a log line", f"2024-05-01 INFO auth ok token={JWT} user=agent\n", [JWT]),
     ("github fine-grained", f"export GH_PAT={GH_FINE}\n", [GH_FINE]),
+    ("url userinfo punctuation", "\n".join([
+        f"DATABASE_URL=postgres://app:{URL_PUNCT[0]}@db.internal:5432/app",
+        f"redis://default:{URL_PUNCT[1]}@cache:6379/0",
+        f"amqp://svc:{URL_PUNCT[2]}@rabbit.example.com/vhost",
+        f"export MONGO=mongodb+srv://admin:{URL_PUNCT[3]}@cluster0.example.net/db?retryWrites=true",
+        f"mysql://root:{URL_PUNCT[4]}@localhost/db",
+        f"  remote: https://deploy:{URL_PUNCT[5]}@git.example.com/org/repo.git"]), URL_PUNCT),
 ]
 
 #: Assistant message text and tool-call arguments holding secrets (arguments are JSON).

@@ -126,6 +126,31 @@ def _matches(pattern: re.Pattern[str], text: str, lowered: str | None) -> Iterab
     return re.compile(pattern.pattern, re.IGNORECASE).finditer(text)
 
 
+#: ``scheme://user:password@host``: the password is whatever the userinfo holds after the
+#: first ``:`` up to the last ``@`` before the host (as URL parsers split the authority), so
+#: every character userinfo allows (sub-delims ``!$&'()*+,;=``, ``:``, ``%XX``) and the raw
+#: ``@`` people leave in passwords are covered; the authority ends at ``/``, ``?``, ``#`` or
+#: a blank. detect-secrets' pattern stops at ``:`` and a few others, so ``u:pa:ss@h`` and
+#: ``u:p@ss@h`` went through.
+URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://(?P<user>[^\s/?#@:\[\]]*):(?P<password>[^\s/?#\[\]]+)"
+                          r"@(?P<host>[A-Za-z0-9\[][^\s/?#@\\\"'<>]*)")
+
+_URL_PLACEHOLDERS = frozenset({"pass", "password", "passwd", "pwd", "pw", "secret", "token", "mypassword", "mytoken",
+                               "changeme", "example", "user", "username", "foo", "bar", "test", "admin", "key",
+                               "apikey", "api_key", "repo", "xxx", "none", "null"})
+
+
+def url_placeholder(password: str) -> bool:
+    """A URL password of documentation, not a secret: a word such as ``pass`` or ``password``,
+    an environment reference (``$DB_PASSWORD``, ``${TOKEN}``, ``%(pw)s``), ``<password>``,
+    ``{{ secret }}``, ``****`` (one character over 60 %)."""
+    if password.lower() in _URL_PLACEHOLDERS:
+        return True
+    if re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%\(\w+\)s|<[^<>]*>|\{\{[^{}]*\}\}|\{[A-Za-z_]\w*\}", password):
+        return True
+    return max(Counter(password).values()) > 0.6 * len(password)
+
+
 def pattern_spans(text: str) -> list[Span]:
     """Secrets found by this module's own patterns (see the module docstring)."""
     lower = text.lower()
@@ -134,6 +159,11 @@ def pattern_spans(text: str) -> list[Span]:
     for kind, pattern, group, ignore_case in PATTERNS:
         found = _matches(pattern, text, lowered) if ignore_case else pattern.finditer(text)
         spans += [Span(m.start(group), m.end(group), kind) for m in found if not _in_word(text, m.start())]
+    if "://" in text:
+        for m in URL_USERINFO.finditer(text):
+            password = m.group("password")
+            if not _in_word(text, m.start()) and not url_placeholder(password):
+                spans.append(Span(m.start("password"), m.end("password"), "basic-auth-credentials"))
     for m in _matches(SECRET_ASSIGNMENT, text, lowered):
         value = text[m.start("value"):m.end("value")]
         if looks_secret(value):
