@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, AnyStr, Self
 
 from app.domain.manifest import Transform
@@ -159,8 +159,39 @@ def split_lines(data: AnyStr) -> list[AnyStr]:
 
 # -- head + tail cuts --------------------------------------------------------------------
 
+#: a head (tail) cut moves back (forward) to a line boundary this many characters away at
+#: most, and never by more than a quarter of what it keeps
+LINE_MARGIN = 160
+
+#: ``snap(text, pos, forward=...)``: the grapheme cluster boundary at or before ``pos``
+#: (``forward`` False) or at or after it (True); the tokenizers layer gives one (UAX #29)
+Snap = Callable[..., int]
+
+
+def reader_cuts(text: str, head_end: int, tail_start: int, snap: Snap | None) -> tuple[int, int]:
+    """Character cut positions moved onto what a reader sees: the head's end back to a
+    grapheme cluster boundary (``snap``) and the tail's start forward to one, then each onto a
+    line boundary when one lies within :data:`LINE_MARGIN` characters (and a quarter of the
+    part it keeps) on the kept side. Both only shrink the parts, so the head stays an exact
+    prefix within its tokens and the tail an exact suffix."""
+    if snap is not None:
+        head_end = snap(text, head_end, forward=False) if 0 < head_end < len(text) else head_end
+        tail_start = snap(text, tail_start, forward=True) if 0 < tail_start < len(text) else tail_start
+    margin = min(LINE_MARGIN, head_end // 4)
+    if 0 < head_end < len(text) and text[head_end - 1] != "\n":
+        nl = text.rfind("\n", head_end - margin, head_end)
+        if nl >= 0:
+            head_end = nl + 1
+    margin = min(LINE_MARGIN, (len(text) - tail_start) // 4)
+    if 0 < tail_start < len(text) and text[tail_start - 1] != "\n":
+        nl = text.find("\n", tail_start, tail_start + margin)
+        if nl >= 0 and nl + 1 < len(text):
+            tail_start = nl + 1
+    return head_end, tail_start
+
+
 def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int, tail_tokens: int, *,
-                  in_bytes: bool = False) -> tuple[str, str, int]:
+                  in_bytes: bool = False, snap: Snap | None = None) -> tuple[str, str, int]:
     """``(head, tail, elided tokens)`` of ``text`` kept to about ``head_tokens`` tokens at the
     start and ``tail_tokens`` at the end (seed 001 ``bound_tool_output``).
 
@@ -173,7 +204,11 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
     and the tail the one its first token starts in (never a U+FFFD); they never overlap.
     The elided count is the number of tokens lying wholly in neither (at least one). When
     nothing would be left out (``len(spans) <= head_tokens + tail_tokens``, or the rounded
-    cuts meet) the text is returned whole: ``(text, "", 0)``."""
+    cuts meet) the text is returned whole: ``(text, "", 0)``.
+
+    The cuts then move onto what a reader sees (:func:`reader_cuts`): grapheme cluster
+    boundaries (``snap``, given by the tokenizers layer) and a nearby line boundary; the
+    parts only shrink, and the elided count follows."""
     n = len(spans)
     if n <= head_tokens + tail_tokens:
         return text, "", 0
@@ -188,12 +223,25 @@ def cut_head_tail(text: str, spans: Sequence[tuple[int, int]], head_tokens: int,
             tail_start -= 1
     if tail_start <= head_end:  # the rounded cuts meet: nothing is left out
         return text, "", 0
-    # tokens wholly inside the head / the tail: the rounding moved each cut by less than one
-    # character, so only the few tokens next to a cut can change sides
+    if isinstance(data, bytes):  # to characters, onto what a reader sees, and back
+        chars_head = len(data[:head_end].decode("utf-8"))
+        chars_tail = len(text) - len(data[tail_start:].decode("utf-8"))
+        chars_head, chars_tail = reader_cuts(text, chars_head, chars_tail, snap)
+        head_end = len(text[:chars_head].encode("utf-8"))
+        tail_start = size - len(text[chars_tail:].encode("utf-8"))
+    else:
+        head_end, tail_start = reader_cuts(text, head_end, tail_start, snap)
+    # tokens wholly inside the head / the tail: the cuts moved a little from the token
+    # boundaries (inward, or outward by less than one character), so only tokens next to a
+    # cut change sides (the spans of the kept parts are there to read)
     in_head = head_tokens
+    while in_head > 0 and spans[in_head - 1][1] > head_end:
+        in_head -= 1
     while in_head < n and spans[in_head][1] <= head_end:
         in_head += 1
     first_tail = n - tail_tokens
+    while first_tail < n and spans[first_tail][0] < tail_start:
+        first_tail += 1
     while first_tail > in_head and spans[first_tail - 1][0] >= tail_start:
         first_tail -= 1
     head, tail = data[:head_end], data[tail_start:]

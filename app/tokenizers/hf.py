@@ -41,6 +41,7 @@ from app.domain.errors import ProviderRuleViolation, TemplateUnsupported
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.text import ControlStrings, cut_head_tail
+from app.tokenizers.graphemes import snap
 from app.tokenizers.native import native_renderer, rendered_bytes, template_sha256
 from app.wire.openai import tool_call_id
 
@@ -331,7 +332,7 @@ class HFChatMeter:
             spans = self._backend.encode_batch([text], add_special_tokens=False)[0].offsets
         else:
             spans = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        return cut_head_tail(text, spans, head_tokens, tail_tokens)
+        return cut_head_tail(text, spans, head_tokens, tail_tokens, snap=snap)
 
     def encode(self, text: str) -> list[int]:
         if self.encoder is not None:

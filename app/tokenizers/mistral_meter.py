@@ -28,6 +28,7 @@ from app.domain.errors import ProviderRuleViolation
 from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.text import CUT_MARGIN, ControlStrings, cut_head_tail
+from app.tokenizers.graphemes import snap
 from app.tokenizers.hf import memoized_cuts
 from app.tokenizers.mistral import MistralTekken, default_tekken_path, load_tekken
 from app.wire.openai import serialize
@@ -138,7 +139,7 @@ class MistralMeter:
             return text, "", 0
         spans = _EndSpans(ids, len(text.encode("utf-8")), self._raw.id_to_byte_piece,
                           head=head_tokens + CUT_MARGIN, tail=tail_tokens + CUT_MARGIN)
-        return cut_head_tail(text, spans, head_tokens, tail_tokens, in_bytes=True)
+        return cut_head_tail(text, spans, head_tokens, tail_tokens, in_bytes=True, snap=snap)
 
     def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
         """The served chat-completions messages, the tools and the layout warnings."""

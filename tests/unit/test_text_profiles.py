@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,9 +53,12 @@ def control_texts(meter: Any) -> list[str]:
 
 @pytest.mark.parametrize("name, cuts", [
     # (head_tokens, tail_tokens) -> (head, tail, elided tokens); before: mistral-tekken decoded
-    # token slices, so (0, 3) gave the tail "\ufffd\ufffd\ufffd" (half an emoji, not a suffix)
-    ("qwen3", {(0, 3): ("", "\u200d🧑", 102), (3, 0): ("😀🎉𝒳", "", 101), (4, 4): ("😀🎉𝒳", "🤝\u200d🧑", 97)}),
-    ("mistral-tekken", {(0, 3): ("", "🧑", 201), (3, 0): ("😀", "", 201), (4, 4): ("😀", "🧑", 197)}),
+    # token slices, so (0, 3) gave the tail "\ufffd\ufffd\ufffd" (half an emoji, not a suffix);
+    # then cuts between characters split the ZWJ family emoji that ends the text: qwen3's tail
+    # was "\u200d🧑" (3 tokens) and "🤝\u200d🧑", mistral-tekken's a lone "🧑". Now a cut ends and
+    # starts on grapheme cluster boundaries (UAX #29): the whole cluster, or none of it
+    ("qwen3", {(0, 3): ("", "", 105), (3, 0): ("😀🎉𝒳", "", 101), (4, 4): ("😀🎉𝒳", "", 101)}),
+    ("mistral-tekken", {(0, 3): ("", "", 205), (3, 0): ("😀", "", 201), (4, 4): ("😀", "", 201)}),
 ])
 def test_head_tail_example_cuts_between_characters(meters: dict[str, Any], name: str, cuts: dict) -> None:
     for (head, tail), expected in cuts.items():
@@ -62,6 +66,7 @@ def test_head_tail_example_cuts_between_characters(meters: dict[str, Any], name:
 
 
 ALPHABET = st.sampled_from(["a", " ", "\n", "def f():", "中", "文字", "😀", "🎉", "𝒳", "\U00020000", "\U0010fffd",
+                            "\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466", "\U0001F44D\U0001F3FD",
                             "🧑\u200d🤝\u200d🧑", "e\u0301", "🇫🇷", "\t", "é", "ß", "<|im_end|>", "[INST]"])
 
 
@@ -80,7 +85,11 @@ def test_head_tail_is_an_exact_prefix_and_suffix(meters: dict[str, Any], name: s
     assert text.startswith(h) and text.endswith(t), "head is a prefix, tail a suffix"
     assert len(h) + len(t) <= len(text), "they never overlap"
     assert "\ufffd" not in h + t, "never a replacement character (no input has one)"
-    assert elided <= n - head - tail + 2  # rounding to whole characters moves each cut by under one character
+    assert 1 <= elided <= n
+    starts = {m.start() for m in regex.finditer(r"\X", text)} | {len(text)}
+    assert len(h) in starts and len(text) - len(t) in starts, "cuts on grapheme cluster boundaries (UAX #29)"
+    # within the tokens asked for, but for the one character a cut keeps whole (at most 4 byte tokens)
+    assert meter.count_text(h) <= head + 3 and meter.count_text(t) <= tail + 3
 
 
 @pytest.mark.parametrize("name", PROFILES)
