@@ -789,7 +789,13 @@ class SearchMatch(BaseModel):
     exact: bool = Field(description="a match with the query's case")
     word: bool = Field(description="an exact match standing alone (no letter, digit or _ either side)")
     matches: int = Field(description="occurrences in this range")
-    text: str = Field(description="the lines (cut at 2000 characters)")
+    text: str = Field(description="the lines when they hold at most 400 characters, else a window of at most 400 "
+                                  "around the first match with each cut side marked `[... N chars]`")
+    offset: int = Field(description="the first match's UTF-8 byte offset in the field's text (a payload: in the "
+                                    "handle's bytes, for `GET .../handles/{handle}?offset=&length=`)")
+    length: int = Field(description="the first match's length in UTF-8 bytes")
+    cut_before: int | None = Field(default=None, description="characters of the lines left out before the window")
+    cut_after: int | None = Field(default=None, description="characters of the lines left out after the window")
 
 
 class SearchHit(BaseModel):

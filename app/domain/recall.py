@@ -96,6 +96,9 @@ class LineRange:
     exact: bool
     word: bool
     matches: int
+    #: the first match in the range: its character offset in the text and its length
+    first: int = 0
+    first_chars: int = 0
 
     @property
     def lines(self) -> str:
@@ -136,13 +139,14 @@ def find_ranges(text: str, query: str, *, context: int = 0, max_matches: int = 1
             and not (end < len(text) and _WORD_CHAR.match(text[end]) and _WORD_CHAR.match(query[-1]))
         first = bisect.bisect_right(starts, begin)
         final = bisect.bisect_right(starts, max(begin, end - 1))
-        found.append(LineRange(max(1, first - context), min(last, final + context), exact, bool(word), 1))
+        found.append(LineRange(max(1, first - context), min(last, final + context), exact, bool(word), 1,
+                               begin, end - begin))
     merged: list[LineRange] = []
     for item in found:
         if merged and item.start <= merged[-1].end:
             prev = merged[-1]
             merged[-1] = LineRange(prev.start, max(prev.end, item.end), prev.exact or item.exact,
-                                   prev.word or item.word, prev.matches + 1)
+                                   prev.word or item.word, prev.matches + 1, prev.first, prev.first_chars)
         else:
             merged.append(item)
     return merged

@@ -20,7 +20,7 @@ REPRESENTATIONS = ("summary", "full")
 #: Lines of a text a ``summary`` shows (the head; the handle reads the rest).
 SUMMARY_LINES = 5
 #: Characters of one line range's text a search hit shows at most (the handle reads all).
-SNIPPET_CHARS = 2000
+SNIPPET_CHARS = 400  # a snippet: at most this many characters around its first match
 #: Line ranges one search hit lists at most (``match_count`` counts them all).
 RANGES_PER_HIT = 20
 
@@ -91,10 +91,31 @@ def list_events(db: OrmSession, session_id: str, *, after_seq: int = 0, limit: i
             "next_after_seq": events[-1]["seq"] if more and events else None}
 
 
-def _snippet(value: str, item: recall.LineRange) -> str:
-    lines = split_lines(value)[item.start - 1:item.end]
-    text = "".join(lines)
-    return text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + f"[... {len(text) - SNIPPET_CHARS} chars]"
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _snippet(value: str, item: recall.LineRange) -> dict[str, Any]:
+    """A match's ``text``: its lines when they hold at most :data:`SNIPPET_CHARS` characters,
+    else a window of at most that many around the first match, each cut side marked
+    (``[... N chars]``), so a hit on a 600,000-character minified line shows the match; and
+    where the match lies: ``offset`` and ``length`` in UTF-8 bytes of the field's text (for a
+    payload, of the handle's bytes: ``GET .../handles/{handle}?offset=&length=`` reads it)."""
+    lines = split_lines(value)
+    begin = sum(len(line) for line in lines[:item.start - 1])
+    text = "".join(lines[item.start - 1:item.end])
+    where = {"offset": _utf8(value[:item.first]), "length": _utf8(value[item.first:item.first + item.first_chars])}
+    if len(text) <= SNIPPET_CHARS:
+        return {"text": text, **where}
+    end = begin + len(text)
+    room = max(0, SNIPPET_CHARS - item.first_chars)
+    lo = max(begin, item.first - room // 2)
+    hi = min(end, lo + max(SNIPPET_CHARS, item.first_chars))
+    lo = max(begin, min(lo, hi - SNIPPET_CHARS))
+    window = value[lo:hi]
+    before = f"[... {lo - begin:,} chars] " if lo > begin else ""
+    after = f" [... {end - hi:,} chars]" if hi < end else ""
+    return {"text": before + window + after, "cut_before": lo - begin, "cut_after": end - hi, **where}
 
 
 def search(db: OrmSession, session_id: str, query: str, *, limit: int = 10, context: int = 0,
@@ -147,7 +168,7 @@ def search(db: OrmSession, session_id: str, query: str, *, limit: int = 10, cont
             handle = repo.text_handle(body) if field == recall.PAYLOAD_FIELD else None
             matches.extend({"field": field, "handle": handle, "lines": r.lines, "start_line": r.start,
                             "end_line": r.end, "exact": r.exact, "word": r.word, "matches": r.matches,
-                            "text": _snippet(value, r)} for r in ranges[:RANGES_PER_HIT])
+                            **_snippet(value, r)} for r in ranges[:RANGES_PER_HIT])
         hit["match_count"] = sum(r.matches for _, _, ranges in by_seq[seq] for r in ranges)
         hit["matches"] = matches
         hits.append(hit)
