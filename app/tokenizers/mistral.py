@@ -176,6 +176,10 @@ def load_tekken(path: str | None = None) -> MistralTekken:
     return MistralTekken(path if path is not None else default_tekken_path())
 
 
+#: the assistant text between a tool message and a user message that follows it (rule M4)
+TOOL_BRIDGE = "(tool results received)"
+
+
 def _hash_id(original: str, salt: int) -> str:
     data = original.encode("utf-8") if salt == 0 else f"{original}\x00{salt}".encode()
     n = int.from_bytes(hashlib.sha256(data).digest()[:8], "big") % _ID_SPACE
@@ -482,6 +486,21 @@ class MistralTekken:
                 )
             merged.extend(run)
         shaped = merged
+
+        # The strictest Mistral servers (the Mistral API, "invalid_request_message_order"
+        # code 3230, and older mistral-common validators) refuse a user message right after a
+        # tool message: only a tool or an assistant message may follow one. A bridge
+        # assistant message goes between them, counted and served (its tokens in the user
+        # message's segment).
+        bridged: list[tuple[int, str, str, list[dict[str, Any]]]] = []
+        for k, entry in enumerate(shaped):
+            if entry[1] == "user" and k > 0 and shaped[k - 1][1] == "tool":
+                bridged.append((entry[0], "assistant", TOOL_BRIDGE, []))
+                warnings.append(f"message {entry[0]}: the assistant text {TOOL_BRIDGE!r} is inserted before this user "
+                                "message (the strictest Mistral servers refuse a user message right after a tool "
+                                "message)")
+            bridged.append(entry)
+        shaped = bridged
 
         system_idx = [s[0] for s in shaped if s[1] == "system"]
         if len(user_runs) > 1 and (system_idx or tools):

@@ -10,6 +10,7 @@ the served body as vLLM's Mistral path prepares it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import shutil
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from app.main import create_app
 from app.settings import Settings
+from app.tokenizers.mistral import TOOL_BRIDGE
 from tests.api.test_api import SESSION, assert_problem, new_session, post
 from tests.served import vllm_ids, vllm_messages, vllm_mistral_ids
 
@@ -253,15 +255,21 @@ def test_qwen3_nothink_counts_and_sends_its_template_kwargs(client: TestClient, 
 
 def test_mistral_served_body_is_what_v3_renders(client: TestClient, served_ids: Any) -> None:
     """Text beside tool calls is dropped in the body too (vLLM's mistral-common would refuse
-    it), ids are the 9-character ones counted, an empty assistant turn is not sent."""
+    it), ids are the 9-character ones counted, an empty assistant turn is not sent, and a
+    user message never follows a tool message straight (the bridge assistant text goes
+    between: rule M4; before, the strictest Mistral servers answered 400 "Unexpected role
+    'user' after role 'tool'")."""
     sid = session_with(client, "mistral-tekken", user("u1", "List files."),
                        call("a1", "call-1", '{"command": "ls"}', content="Let me look."),
                        output("r1", "call-1", "a.py\n"), said("a2", " \n"), user("u2", "Continue."))
     got = served(client, sid)
     messages = got["openai"]["request"]["messages"]
     assistant = [m for m in messages if m["role"] == "assistant"]
-    assert len(assistant) == 1 and assistant[0]["content"] == ""
+    assert len(assistant) == 2 and assistant[0]["content"] == ""
+    assert assistant[1] == {"role": "assistant", "content": TOOL_BRIDGE}
     assert len(assistant[0]["tool_calls"][0]["id"]) == 9
+    roles = [m["role"] for m in messages]
+    assert all(not (a == "tool" and b == "user") for a, b in itertools.pairwise(roles)), roles
     assert any("text dropped" in w for w in got["openai"]["manifest"]["layout_warnings"])
     assert_exact(got, "mistral-tekken", served_ids)
 
@@ -289,6 +297,9 @@ SHAPES: dict[str, tuple[dict[str, Any], ...]] = {
     "text and calls, then text": (call("a1", "c1", "{}", content="look"), output("r1", "c1", "x"), said("a2", "ok")),
     "think tags": (said("a1", "<think>x</think>"),),
     "leading newlines": (said("a1", "\n\nhello"),),
+    "user after a tool result": (call("a1", "c1", "{}"), output("r1", "c1", "x"), user("u1", "now run the tests")),
+    "step after a tool result": (call("a1", "c1", "{}"), output("r1", "c1", "x"),
+                                 {"event_id": "s1", "kind": "step", "text": "Run the tests."}),
     "parallel calls": ({"event_id": "a1", "kind": "message", "role": "assistant", "content": "",
                         "tool_calls": [{"call_id": "p1", "name": "bash", "arguments": "{}"},
                                        {"call_id": "p2", "name": "bash", "arguments": "x"}]},
@@ -308,6 +319,10 @@ def test_structural_shapes_lay_out_validly(sqlite_only: TestClient, served_ids: 
         for c in m.get("tool_calls") or []:
             assert len(c["id"]) <= 40 and c["function"]["name"].replace("_", "").replace("-", "").isalnum()
         assert m["role"] != "assistant" or m["content"] or m.get("tool_calls"), "no empty assistant message"
+    if profile == "mistral-tekken":  # the strictest Mistral servers' order (README "Provider rules", M1 and M4)
+        roles = [m["role"] for m in body["messages"]]
+        assert all(b in ("tool", "assistant") for a, b in itertools.pairwise(roles) if a == "tool"), roles
+        assert roles[-1] in ("user", "tool") or body["messages"][-1].get("prefix") is True, roles
     for m in got["anthropic"]["request"]["messages"]:
         for block in m["content"]:
             if block["type"] == "text":

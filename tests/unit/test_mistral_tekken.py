@@ -35,6 +35,7 @@ from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 from app.tokenizers.mistral import (
     SEGMENT_FRAMING,
     SEGMENT_TOOLS,
+    TOOL_BRIDGE,
     MistralTekken,
     default_tekken_path,
     load_tekken,
@@ -135,14 +136,17 @@ def reference_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]
     """The request mistral-common should see, built without ``MistralTekken``.
 
     Documented rules applied here: tool-call ids go through ``map_tool_call_ids``; an
-    assistant message with text and tool calls keeps only the calls.
+    assistant message with text and tool calls keeps only the calls; a user message right
+    after a tool message gets the bridge assistant text before it (rule M4).
     """
     id_map = map_tool_call_ids(all_ids(messages))
     out: list[Any] = []
-    for m in messages:
+    for k, m in enumerate(messages):
         if m["role"] == "system":
             out.append(SystemMessage(content=m["content"]))
         elif m["role"] == "user":
+            if k > 0 and messages[k - 1]["role"] == "tool":
+                out.append(AssistantMessage(content=TOOL_BRIDGE))
             out.append(UserMessage(content=m["content"]))
         elif m["role"] == "assistant":
             calls = [
@@ -162,8 +166,10 @@ def reference_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Same rules, as OpenAI dicts for ``MistralCommonBackend.apply_chat_template``."""
     id_map = map_tool_call_ids(all_ids(messages))
     out: list[dict[str, Any]] = []
-    for m in messages:
+    for k, m in enumerate(messages):
         m = dict(m)
+        if m["role"] == "user" and k > 0 and messages[k - 1]["role"] == "tool":
+            out.append({"role": "assistant", "content": TOOL_BRIDGE})
         if m.get("tool_calls"):
             m["content"] = None
             m["tool_calls"] = [{**c, "id": id_map[c["id"]]} for c in m["tool_calls"]]
