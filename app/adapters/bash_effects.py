@@ -75,12 +75,26 @@ Writes
   ``--dry-run``, ``git apply --check/--stat/--numstat/--summary`` (without
   ``--apply``) and ``git apply --cached`` write nothing.
 * ``git checkout [REV] [--] PATH...``/``git restore PATH...``: each PATH
-  (``.`` = a tree write). ``git stash [push|save|pop|apply]``, ``git checkout
-  REV`` (a switch), ``git switch``, ``git reset --hard|--merge|--keep``,
+  (``.`` = a tree write); without ``--`` an operand is a path only when it has a file
+  suffix or the session has seen it as an artifact: a ref is never taken for a file
+  (``git checkout origin/main`` is a switch). ``git stash [push|save|pop|apply]``, ``git
+  checkout REV`` (a switch), ``git checkout -b|-B NAME START`` and ``git switch -c NAME
+  START`` (a new branch at a start point), ``git switch``, ``git reset --hard|--merge|--keep``,
   ``git merge/rebase/cherry-pick/revert/pull/am``: a tree write over the
   repository root. ``git clean`` (not ``-n``): tree write over the directory.
 * Formatters that rewrite in place (also as ``python -m``): ``sqlfluff fix``, ``black``, ``isort``,
   ``autopep8 -i``, ``yapf -i``, ``ruff --fix``/``ruff format``: each path.
+* In-place writers by rule (:data:`_INPLACE`), also behind a launcher (``npx``, ``pnpm dlx``,
+  ``yarn``, ``bunx``, ``uvx``, ``pipx run``, ``poetry run``, ``uv run``...): ``perl``/``ruby -i``
+  (the files after the script), formatters and fixers run with their in-place switch
+  (``prettier --write``, ``gofmt -w``, ``shfmt -w``, ``clang-format -i``, ``eslint --fix``,
+  ``rubocop -a``, ``yq -i``, ``codespell -w``...), those that rewrite by default unless asked
+  to check (``rustfmt``, ``mdformat``, ``pyupgrade``, ``dos2unix``, ``sd``, ``swiftformat``...),
+  and ``format``/``fmt``/``fix`` subcommands (``cargo fmt``, ``go fmt``, ``deno fmt``,
+  ``terraform fmt``, ``dotnet format``, ``biome format --write``...), then any other program
+  run with ``--write``, ``--fix``, ``--in-place``, ``--inplace``, ``--replace`` or
+  ``--overwrite``: each file operand (a directory operand, or none, is a tree write over it
+  or the working directory).
 * A Python script, only when its source is known -- ``python -c CODE``,
   ``python - <<EOF`` / ``python <<EOF``, or ``python F`` with F in
   ``known_sources`` -- and it opens a literal path for writing. The source is
@@ -711,6 +725,8 @@ class _Ctx:
 
 
 _OUT_OPS: Final = frozenset({">", ">>", ">|", "&>", "&>>", ">&"})
+#: a tag or version ref (v1.2.0, 2.31.0-rc1, release-1.4): never a file for git checkout
+_VERSION_REF: Final = re.compile(r"(?:[A-Za-z_-]*[-_/]?)?v?\d+(?:\.\d+)+(?:[-+.]?[A-Za-z0-9]+)*")
 
 
 def _is_stdout_file(r: Redirect) -> bool:
@@ -930,6 +946,8 @@ class _Walker:
             handler(self, name, rest, cwd, ctx)
         elif _PYTHON.match(name):
             self.python(rest, cwd, ctx)
+        elif name and name not in _READ_ONLY and any(a.text.split("=", 1)[0] in _GENERIC_SWITCHES for a in rest):
+            self.cmd_inplace(name, rest, cwd, ctx)
         return cwd
 
     # ---- readers
@@ -1168,6 +1186,8 @@ class _Walker:
                         self.write(p, cwd, "git clean", tree=True)
                 else:
                     self._tree(cwd, "git clean")
+        elif sub == "switch" and rest and not {"--abort", "--quit"} & {a.text for a in rest}:
+            self._tree(root, "git switch")  # a switch, with or without -c/-C NAME START, --detach REV
         elif sub in ("switch", "merge", "rebase", "cherry-pick", "revert", "pull", "am"):
             if not {"--abort", "--quit"} & {a.text for a in rest} or sub in ("rebase", "merge", "am"):
                 self._tree(root, f"git {sub}")
@@ -1189,6 +1209,16 @@ class _Walker:
         artifact = self.art(directory, None)
         assert artifact is not None
         self.write_artifact(artifact, tool, tree=True)
+
+    def _is_path(self, a: _Arg, cwd: str | None) -> bool:
+        """A git operand taken for a path (not a ref): not literal (a glob, a variable), a file
+        suffix, or an artifact the session knows."""
+        artifact = self.art(a.text, cwd) if a.literal else None
+        if artifact is not None and (artifact in self.known or artifact in self.local):
+            return True
+        if not a.literal:
+            return True
+        return _looks_like_file(a.text) and not _VERSION_REF.fullmatch(a.text)
 
     @staticmethod
     def _pathlike(a: _Arg) -> bool:
@@ -1221,15 +1251,27 @@ class _Walker:
             if _has(opts, "S", "staged") and not _has(opts, "W", "worktree"):
                 return
         elif "--" in texts:
-            paths = args[texts.index("--") + 1 :]
-        else:
-            opts, operands = _options(args, "bB")
-            if _has(opts, "b", "B", "orphan", "p", "patch"):
+            cut = texts.index("--")
+            paths = args[cut + 1 :]
+            if not paths and [a for a in args[:cut] if not a.text.startswith("-")]:
+                self._tree(root, tool)  # git checkout REV --: a switch
                 return
-            paths = [a for a in operands if self._pathlike(a) or a.text == "."]
-            if not paths:
+        else:
+            opts, operands = _options(args, "bB", ("orphan",))
+            if _has(opts, "p", "patch"):
+                return
+            if _has(opts, "b", "B", "orphan"):
+                # a new branch: at HEAD the tree stays; at a start point (origin/x, a tag, a commit) it moves
                 if operands:
-                    self._tree(root, tool)  # a branch switch
+                    self._tree(root, tool)
+                return
+            # without "--" git takes an operand for a revision unless it is a path: one with a
+            # file suffix, or an artifact the session has met; a ref is never taken for a file
+            paths = [a for a in operands if a.text == "." or (self._pathlike(a) and self._is_path(a, cwd))]
+            if len(paths) < len(operands) and operands and operands[0] not in paths:
+                self._tree(root, tool)  # a switch to the revision (and its paths, if any)
+                paths = [] if len(paths) == len(operands) - 1 and not paths else paths
+            if not paths:
                 return
         for p in paths:
             tree = (p.literal and not _looks_like_file(p.text)) or not p.literal
@@ -1292,6 +1334,54 @@ class _Walker:
             if f.text == "-":
                 continue
             self.write(f, cwd, f"{name} fix" if name == "sqlfluff" else name, tree=not _looks_like_file(f.text))
+
+    def cmd_launcher(self, name: str, args: list[_Arg], cwd: str | None, ctx: _Ctx) -> None:
+        """``npx prettier --write x`` and the like: interpret the program launched."""
+        rest = list(args)
+        if name in _LAUNCH_SUBCOMMANDS:
+            if not rest or rest[0].text not in _LAUNCH_SUBCOMMANDS[name]:
+                if name == "yarn" and rest and posixpath.basename(rest[0].text) in _INPLACE:
+                    self.run(rest, cwd, ctx)  # yarn runs a package's binary by its name
+                return
+            sub, rest = rest[0].text, rest[1:]
+            if name == "uv" and sub == "tool" and rest and rest[0].text == "run":
+                rest = rest[1:]
+        while rest and rest[0].text.startswith("-"):  # the launcher's own options (npx --yes, -p pkg)
+            flag = rest[0].text
+            rest = rest[2:] if flag in ("-p", "--package", "--from", "--with") and len(rest) > 1 else rest[1:]
+        if rest:
+            self.run(rest, cwd, ctx)
+
+    def cmd_inplace(self, name: str, args: list[_Arg], cwd: str | None, ctx: _Ctx) -> None:
+        """A program of :data:`_INPLACE` (or one run with a generic in-place switch): the files
+        it names are written when its rule says it rewrites them (module docstring)."""
+        rule = _INPLACE.get(name, _GENERIC_RULE)
+        rest = list(args)
+        if rule.subcommands:
+            if not rest or rest[0].text not in rule.subcommands:
+                return
+            rest = rest[1:]
+        opts, operands = _options(rest, rule.takes, rule.long_takes, attached=rule.attached)
+        # single-dash long options too (terraform fmt -check, buildifier -mode=check)
+        names = {n for n, _ in opts} | {a.text.lstrip("-").split("=", 1)[0] for a in rest if a.text.startswith("-")}
+        if names & rule.checks:
+            return
+        if not (rule.default or names & rule.switches):
+            return
+        if rule.script_first and not names & {"e", "E"}:
+            operands = operands[1:]  # perl / ruby: the program file, then the files it edits
+        operands = operands[rule.skip:]
+        tool = f"{name} (in place)"
+        paths = [a for a in operands if a.text not in ("-", "./...", "...") and not a.text.startswith("-")]
+        if not paths:
+            if rule.tree_default and cwd is not None:
+                self.unknown_write(cwd, tool)
+            return
+        for a in paths:
+            if a.text.endswith("/..."):  # go ./pkg/...: that package tree
+                self.write(_Arg(a.text[:-4] or ".", a.literal), cwd, tool, tree=True)
+            else:
+                self.write(a, cwd, tool, tree=not _looks_like_file(a.text))
 
     def cmd_xargs(self, name: str, args: list[_Arg], cwd: str | None, ctx: _Ctx) -> None:
         _, inner = _options(args, "IiEeLlnPsda", ("replace", "eof", "max-lines", "max-args", "max-procs",
@@ -1414,6 +1504,86 @@ class _Walker:
 
 
 _Handler = Any
+@dataclass(frozen=True)
+class _InPlace:
+    """How a program rewrites the files it names: ``switches`` (option names, short or long,
+    that make it write in place), ``default`` (it writes unless a ``checks`` option asks it to
+    only check), ``subcommands`` (it writes only under one of these first words), ``takes`` /
+    ``long_takes`` / ``attached`` (options with a value, as :func:`_options` takes them),
+    ``script_first`` (perl / ruby: without ``-e`` the first operand is the program), ``skip``
+    (leading operands that are not files: ``sd FIND REPLACE FILE...``), ``tree_default`` (no
+    file operand: it rewrites the working directory's tree, ``cargo fmt``)."""
+
+    switches: frozenset[str] = frozenset()
+    default: bool = False
+    checks: frozenset[str] = frozenset()
+    subcommands: frozenset[str] = frozenset()
+    takes: str = ""
+    long_takes: tuple[str, ...] = ()
+    attached: str = ""
+    script_first: bool = False
+    skip: int = 0
+    tree_default: bool = False
+
+
+def _rule(switches: str = "", *, checks: str = "", subcommands: str = "", **kw: Any) -> _InPlace:
+    return _InPlace(switches=frozenset(switches.split()), checks=frozenset(checks.split()),
+                    subcommands=frozenset(subcommands.split()), **kw)
+
+
+_COMMON_TAKES = ("config", "c", "ignore-path", "parser", "plugin", "log-level", "ext", "rule", "format", "output",
+                 "cache-location", "config-path", "style", "resolve-plugins-relative-to", "max-warnings")
+_FMT_CHECKS = "check c l list-different diff dry-run dryrun n lint"
+#: programs that rewrite the files they name (module docstring, "In-place writers by rule")
+_INPLACE: dict[str, _InPlace] = {
+    "perl": _rule("i", takes="eEIMmlx0C", attached="i", script_first=True),
+    "ruby": _rule("i", takes="eIrEC", attached="i", script_first=True),
+    "prettier": _rule("write w", long_takes=_COMMON_TAKES),
+    "gofmt": _rule("w", takes="r"), "goimports": _rule("w", takes="local"),
+    "shfmt": _rule("w write", takes="ilf"),
+    "clang-format": _rule("i", long_takes=("style", "assume-filename")),
+    "eslint": _rule("fix", takes="fc", long_takes=_COMMON_TAKES),
+    "stylelint": _rule("fix", long_takes=_COMMON_TAKES), "standard": _rule("fix"), "xo": _rule("fix"),
+    "markdownlint": _rule("fix", takes="c", long_takes=_COMMON_TAKES),
+    "rubocop": _rule("a A x autocorrect auto-correct autocorrect-all auto-correct-all fix-layout",
+                     long_takes=_COMMON_TAKES),
+    "codespell": _rule("w write-changes", takes="LSI"),
+    "yq": _rule("i inplace", skip=1), "autoflake": _rule("i in-place"), "docformatter": _rule("i in-place"),
+    "google-java-format": _rule("i replace"), "ktlint": _rule("F format"), "djlint": _rule("reformat"),
+    "rustfmt": _rule(default=True, checks="check emit", long_takes=("edition", "config-path", "emit")),
+    "mdformat": _rule(default=True, checks="check"), "pyupgrade": _rule(default=True),
+    "add-trailing-comma": _rule(default=True), "reorder-python-imports": _rule(default=True),
+    "swiftformat": _rule(default=True, checks="lint dryrun"), "buildifier": _rule(default=True, checks="mode"),
+    "dos2unix": _rule(default=True, checks="n newfile"), "unix2dos": _rule(default=True, checks="n newfile"),
+    "sponge": _rule(default=True, checks="a"), "ed": _rule(default=True), "ex": _rule(default=True),
+    "sd": _rule(default=True, checks="p preview", takes="f", skip=2),
+    "cargo": _rule(default=True, checks=_FMT_CHECKS, subcommands="fmt fix", tree_default=True),
+    "go": _rule(default=True, checks="n", subcommands="fmt", tree_default=True),
+    "deno": _rule(default=True, checks=_FMT_CHECKS, subcommands="fmt", tree_default=True),
+    "dprint": _rule(default=True, checks=_FMT_CHECKS, subcommands="fmt", tree_default=True),
+    "terraform": _rule(default=True, checks="check diff", subcommands="fmt", tree_default=True),
+    "tofu": _rule(default=True, checks="check diff", subcommands="fmt", tree_default=True),
+    "taplo": _rule(default=True, checks=_FMT_CHECKS, subcommands="fmt format", tree_default=True),
+    "dotnet": _rule(default=True, checks="verify-no-changes", subcommands="format", tree_default=True),
+    "mix": _rule(default=True, checks="check-formatted", subcommands="format", tree_default=True),
+    "biome": _rule("write apply apply-unsafe fix", subcommands="format check lint", tree_default=True),
+    "php-cs-fixer": _rule(default=True, checks="dry-run", subcommands="fix", tree_default=True),
+}
+#: the generic rule: any other program run with one of these switches rewrites what it names
+_GENERIC_SWITCHES: Final = frozenset({"--write", "--fix", "--in-place", "--inplace", "--replace", "--overwrite"})
+_GENERIC_RULE: Final = _rule("write fix in-place inplace replace overwrite", long_takes=_COMMON_TAKES)
+#: programs known not to write the files they name, whatever their options (``grep --fix`` is no such thing)
+_READ_ONLY: Final = frozenset({*_READERS, "ls", "echo", "printf", "grep", "rg", "ag", "which", "type", "stat", "file",
+                               "du", "df", "pwd", "env", "date", "true", "false", "test", "[", "pip", "npm", "node",
+                               "pytest", "tox", "nox", "make", "curl", "wget", "jq", "diff"})
+#: launchers that run a program named after them; those listed here need the subcommand first
+_LAUNCHERS: Final = frozenset({"npx", "bunx", "pnpx", "uvx", "pnpm", "yarn", "bun", "pipx", "poetry", "uv", "pdm",
+                               "npm", "hatch", "rye"})
+_LAUNCH_SUBCOMMANDS: Final = {"pnpm": frozenset({"dlx", "exec"}), "yarn": frozenset({"dlx", "exec"}),
+                              "bun": frozenset({"x"}), "pipx": frozenset({"run"}), "poetry": frozenset({"run"}),
+                              "uv": frozenset({"run", "tool"}), "pdm": frozenset({"run"}), "npm": frozenset({"exec"}),
+                              "hatch": frozenset({"run"}), "rye": frozenset({"run"})}
+
 _HANDLERS: dict[str, _Handler] = {
     **{n: _Walker.cmd_reader for n in _READERS},
     "head": _Walker.cmd_head,
@@ -1441,6 +1611,8 @@ _HANDLERS: dict[str, _Handler] = {
     "source": _Walker.cmd_shell,
     ".": _Walker.cmd_shell,
     **{n: _Walker.cmd_formatter for n in _FORMATTERS},
+    **{n: _Walker.cmd_inplace for n in _INPLACE},
+    **{n: _Walker.cmd_launcher for n in _LAUNCHERS},
 }
 
 
