@@ -219,3 +219,55 @@ def test_anthropic_user_text_blocks_survive_passes_and_the_task_stays_the_task(c
     entries = record["record"]["user_text"]["entries"]
     assert [e["text"] for e in entries if e["text"] in said] == said[:1], "verbatim (the newest is in the leaf)"
     assert "## What the user said" in record["text"] and goal in record["text"]
+
+
+def _prose(tag: str, tokens: int) -> str:
+    count = COUNTERS["qwen3"]()
+    parts: list[str] = []
+    i = 0
+    while count(" ".join(parts)) < tokens:
+        parts.append(f"Note {tag}{i}: the {tag} report lists {i * 7 % 31} rows for region {i % 9}.")
+        i += 1
+    return " ".join(parts)
+
+
+def _turn(t: int, size: int) -> list[dict]:
+    call = {"event_id": f"a{t}", "kind": "message", "role": "assistant", "content": f"Step {t}.",
+            "tool_calls": [{"call_id": f"c{t}", "name": "bash", "arguments": json.dumps({"command": f"cat f{t}.py"})}]}
+    return [call, {"event_id": f"r{t}", "kind": "tool_result", "call_id": f"c{t}",
+                   "payload": payload("qwen3", size, f"f{t}"), "exit_code": 0}]
+
+
+def _passes(client: TestClient, sid: str, turns: range, size: int) -> list[dict]:
+    out = []
+    for t in turns:
+        assert post(client, sid, *_turn(t, size)).status_code == 200
+        compaction = client.get(f"/v1/sessions/{sid}/request").json()["manifest"]["compaction"]
+        if compaction["pass"]:
+            out.append(compaction["after_pass"])
+    return out
+
+
+def test_a_pass_held_above_t_lo_by_the_pinned_message_says_pinned_message(client: TestClient) -> None:
+    """A pinned user message of ~5,200 tokens: root + trunk are within T_lo (5,632), the
+    message takes the request over it: ``over`` is ``pinned_message`` (before: ``newest_group``,
+    which blamed the newest turn)."""
+    sid = new_session(client, profile="qwen3")
+    assert post(client, sid, {"event_id": "u1", "kind": "message", "role": "user",
+                              "content": _prose("spec", 5_200)}).status_code == 200
+    after = _passes(client, sid, range(10), 500)
+    assert after and {a["over"] for a in after} == {"pinned_message"}, after
+
+
+def test_a_pass_held_above_t_lo_by_what_the_user_said_says_user_text(client: TestClient) -> None:
+    """A long contract and four folded user messages of ~500 tokens: root + contract + record
+    are within T_lo, the section "What the user said" takes them over it: ``over`` is
+    ``user_text`` (``pinned`` keeps its meaning: over without the section)."""
+    sid = new_session(client, profile="qwen3", contract={"goal": _prose("goal", 2_600), "constraints": []})
+    for u in range(4):
+        assert post(client, sid, {"event_id": f"u{u}", "kind": "message", "role": "user",
+                                  "content": _prose(f"ask{u}", 500)}, *_turn(100 + u, 200)).status_code == 200
+    assert post(client, sid, {"event_id": "u9", "kind": "message", "role": "user", "content": "go on"}).status_code == 200
+    after = _passes(client, sid, range(12), 600)
+    assert after and "user_text" in {a["over"] for a in after}, after
+    assert "pinned" not in {a["over"] for a in after}
