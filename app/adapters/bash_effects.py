@@ -219,10 +219,21 @@ class CommandEffects:
     writes: tuple[Write, ...] = ()
     reason: str | None = None
     shows: str | None = None
+    #: artifacts named by a program ctxd neither knows as read-only nor interprets (its
+    #: literal operands, in order): it may have rewritten them (:class:`SessionEffects`
+    #: keeps those the session has met: ``CallEffects.touched``)
+    names: tuple[str, ...] = ()
 
 
 class _Unsupported(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class _Name:
+    """An artifact an unknown program names (collected into :attr:`CommandEffects.names`)."""
+
+    artifact: str
 
 
 # --------------------------------------------------------------------------- paths
@@ -756,7 +767,7 @@ class _Walker:
         self.known = known
         self.depth = depth
         self.local: dict[str, str | None] = {}
-        self.events: list[Read | Write] = []
+        self.events: list[Read | Write | _Name] = []
 
     # ---- bookkeeping
 
@@ -948,7 +959,19 @@ class _Walker:
             self.python(rest, cwd, ctx)
         elif name and name not in _READ_ONLY and any(a.text.split("=", 1)[0] in _GENERIC_SWITCHES for a in rest):
             self.cmd_inplace(name, rest, cwd, ctx)
+        elif name and name not in _READ_ONLY and name not in _RUNNERS and not name.endswith(".py"):
+            self.names(rest, cwd)
         return cwd
+
+    def names(self, args: Sequence[_Arg], cwd: str | None) -> None:
+        """An unknown program's literal operands that resolve to artifacts: it may write them."""
+        for a in args:
+            if not a.literal or a.text.startswith("-") or "=" in a.text or a.text in (".", "..") \
+                    or not ("/" in a.text or _looks_like_file(a.text)):
+                continue  # an option, a value, or a bare word (a name, a pattern), not a path
+            artifact = self.art(a.text, cwd)
+            if artifact is not None and not artifact.startswith(("/dev/", "/proc/", "/tmp/")):
+                self.events.append(_Name(artifact))
 
     # ---- readers
 
@@ -1499,8 +1522,10 @@ class _Walker:
                     before = sum(1 for w in self.events if isinstance(w, Write) and
                                  (w.artifact == e.artifact or (w.tree and _covers(w.artifact, e.artifact))))
                     self.events.append(Read(e.artifact, e.range, e.tool, before + e.writes_before))
-            else:
+            elif isinstance(e, Write):
                 self.write_artifact(e.artifact, e.tool, tree=e.tree, content=e.content)
+            else:
+                self.events.append(e)
 
 
 _Handler = Any
@@ -1576,6 +1601,22 @@ _GENERIC_RULE: Final = _rule("write fix in-place inplace replace overwrite", lon
 _READ_ONLY: Final = frozenset({*_READERS, "ls", "echo", "printf", "grep", "rg", "ag", "which", "type", "stat", "file",
                                "du", "df", "pwd", "env", "date", "true", "false", "test", "[", "pip", "npm", "node",
                                "pytest", "tox", "nox", "make", "curl", "wget", "jq", "diff"})
+#: interpreters, test runners and build tools: running a file (``python x.py``, ``pytest
+#: tests/x.py``, ``node app.js``, ``make target``) does not count as naming it for a write
+_RUNNERS: Final = frozenset({"python", "python3", "pytest", "py.test", "node", "deno", "bun", "ruby", "perl", "php",
+                             "java", "javac", "go", "cargo", "rustc", "gcc", "g++", "cc", "clang", "clang++", "make",
+                             "cmake", "ninja", "tox", "nox", "jest", "mocha", "vitest", "rspec", "phpunit", "dotnet",
+                             "mvn", "gradle", "./gradlew", "gradlew", "tsc", "ts-node", "tsx", "coverage", "mypy",
+                             "pyright", "pylint", "flake8", "ruff", "black", "isort", "bandit", "pip", "pip3",
+                             "conda", "docker", "kubectl", "helm", "ssh", "scp", "rsync", "git", "svn", "hg",
+                             "bazel", "buck", "lua", "Rscript", "julia", "swift", "kotlin", "scala", "elixir",
+                             "erl", "ghc", "stack", "timeout", "watch", "strace", "valgrind", "gdb", "cd", "export",
+                             "set", "unset", "alias", "source", "exit", "sleep", "kill", "ps", "chmod", "chown",
+                             "ln", "mkdir", "rmdir", "tar", "zip", "unzip", "gzip", "gunzip", "xz", "open",
+                             "code", "vim", "vi", "nano", "emacs", "less", "more", "man", "help", "history",
+                             "sort", "uniq", "cut", "tr", "paste", "join", "column", "fold", "fmt", "expand",
+                             "basename", "dirname", "realpath", "readlink", "md5sum", "sha256sum", "sha1sum",
+                             "base64", "locate", "tree", "whereis", "id", "whoami", "uname", "hostname"})
 #: launchers that run a program named after them; those listed here need the subcommand first
 _LAUNCHERS: Final = frozenset({"npx", "bunx", "pnpx", "uvx", "pnpm", "yarn", "bun", "pipx", "poetry", "uv", "pdm",
                                "npm", "hatch", "rye"})
@@ -1651,8 +1692,9 @@ def command_effects(
         return CommandEffects(parsed=False, reason="nested too deeply")
     reads = tuple(e for e in walker.events if isinstance(e, Read))
     writes = tuple(e for e in walker.events if isinstance(e, Write))
+    names = tuple(dict.fromkeys(e.artifact for e in walker.events if isinstance(e, _Name)))
     shows = _whole_file(tree, posixpath.normpath(cwd), root)
-    return CommandEffects(parsed=True, reads=reads, writes=writes,
+    return CommandEffects(parsed=True, reads=reads, writes=writes, names=names,
                           shows=shows if not writes and [(r.artifact, r.range) for r in reads] == [(shows, None)]
                           else None)
 
@@ -1691,6 +1733,9 @@ class CallEffects:
     effects: CommandEffects
     written: tuple[str, ...]
     contents: tuple[str | None, ...] = ()
+    #: artifacts the session has met that an unknown program named and did not provably
+    #: write: their earlier reads are possibly stale (a notice, not a tombstone)
+    touched: tuple[str, ...] = ()
 
 
 class SessionEffects:
@@ -1736,7 +1781,8 @@ class SessionEffects:
                 self.known_sources[w.artifact] = w.content
             else:
                 self.known_sources.pop(w.artifact, None)
-        return CallEffects(effects, tuple(written), tuple(contents))
+        touched = tuple(a for a in effects.names if a in self.seen and a not in written)
+        return CallEffects(effects, tuple(written), tuple(contents), touched)
 
 
 def command_of(arguments: str, argument: str = "command") -> str | None:

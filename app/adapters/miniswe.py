@@ -761,6 +761,8 @@ def _indexed_events(traj: Trajectory, *, infer_bindings: bool,
                 ev["binding"] = binding
             if reads:
                 ev["conditions"] = {**ev["conditions"], "reads": reads}
+            if done is not None and done.touched:
+                ev["conditions"] = {**ev["conditions"], "touches": list(done.touched)}
             out.append((i, ev))
         else:
             out.append((i, ev))

@@ -26,7 +26,10 @@ observation (or of a derived item needing reassessment) are flagged
 
 A binding of kind ``unknown`` (the command's effect could not be inferred) supports
 nothing and is marked by nothing: its state says ``unknown``. A binding of kind
-``external`` with ``ttl_seconds`` is ``possibly_stale`` once the time of the latest event
+an observation whose artifact a later command named without a known effect (the result's
+``conditions["touches"]``, inferred from a program ctxd does not know) is ``possibly_stale``
+(a notice naming that command, no tombstone, no new revision); ``external`` with
+``ttl_seconds`` is ``possibly_stale`` once the time of the latest event
 is past ``fetched_at + ttl_seconds`` (a heuristic, section 4.7.2 footnote 11: judged at
 the latest event's time, so two GETs with no event between them agree).
 
@@ -161,6 +164,10 @@ class ItemState:
     because: tuple[int | str, ...] = ()
     fetched_at: float | None = None
     expires_at: float | None = None
+    #: possibly stale because a later command named the artifact (a program ctxd does not
+    #: know as read-only nor interprets): that result's seq and the artifact
+    touched_by: int | None = None
+    touched: str | None = None
 
     @property
     def writes(self) -> tuple[str, ...]:
@@ -197,6 +204,9 @@ class DependencyGraph:
     derived: Mapping[str, DerivedItem] = field(default_factory=dict)
     now: float | None = None
     times: tuple[tuple[int, float], ...] = ()  # (seq, at) of the events that carry a time, by seq
+    #: artifact -> seqs of the tool results whose command named it without a known effect
+    #: (``conditions["touches"]``): the reads before them are possibly stale
+    touches: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def first_event_after(self, moment: float) -> int | None:
         """The seq of the first event whose time is past ``moment`` (epoch seconds)."""
@@ -236,6 +246,10 @@ class DependencyGraph:
             return ItemState(HISTORICAL, superseded=tuple(superseded))
         if node.unknown_effect:
             return ItemState(UNKNOWN)
+        for b in node.bindings:
+            later = next((t for t in self.touches.get(b.artifact, ()) if t > node.seq), None)
+            if later is not None:
+                return ItemState(POSSIBLY_STALE, touched_by=later, touched=b.artifact)
         for b in node.bindings:
             if b.kind == EXTERNAL_KIND and b.ttl_seconds is not None and b.fetched_at is not None:
                 expires = b.fetched_at + b.ttl_seconds
@@ -317,7 +331,7 @@ class GraphBuilder:
     ``cached_graph``). :meth:`copy` before :meth:`extend` when the builder is shared (a
     builder whose :meth:`graph` was taken must not change: the graph holds its mappings)."""
 
-    __slots__ = ("changes", "last_seq", "latest", "observations", "readers", "seen", "timed", "times")
+    __slots__ = ("changes", "last_seq", "latest", "observations", "readers", "seen", "timed", "times", "touches")
 
     def __init__(self) -> None:
         self.changes: dict[str, list[Change]] = {}
@@ -328,6 +342,7 @@ class GraphBuilder:
         self.last_seq = -1
         self.readers: dict[str, list[int]] = {}  # artifact -> the observations bound to it (seqs)
         self.timed: list[int] = []  # observations with an external binding that has a TTL (seqs)
+        self.touches: dict[str, list[int]] = {}  # artifact -> results whose command named it (seqs)
 
     def copy(self) -> GraphBuilder:
         out = GraphBuilder()
@@ -336,6 +351,7 @@ class GraphBuilder:
         out.latest, out.times, out.seen, out.last_seq = self.latest, list(self.times), list(self.seen), self.last_seq
         out.readers = {a: list(r) for a, r in self.readers.items()}
         out.timed = list(self.timed)
+        out.touches = {a: list(t) for a, t in self.touches.items()}
         return out
 
     def states_after(self, graph: DependencyGraph, before: DependencyGraph,
@@ -350,6 +366,9 @@ class GraphBuilder:
         again: set[int] = set()
         for artifact, changes in graph.changes.items():
             if len(changes) != len(before.changes.get(artifact, ())):
+                again.update(self.readers.get(artifact, ()))
+        for artifact, touches in graph.touches.items():
+            if len(touches) != len(before.touches.get(artifact, ())):
                 again.update(self.readers.get(artifact, ()))
         if graph.now != before.now:
             again.update(self.timed)
@@ -397,6 +416,10 @@ class GraphBuilder:
                         self.timed.append(event.seq)
                 observations[event.seq] = ObservationNode(event.seq, event.event_id, event.call_id, event.handle,
                                                           tuple(resolved))
+                touched = event.conditions.get("touches") if event.conditions else None
+                for artifact in touched if isinstance(touched, list) else ():
+                    if isinstance(artifact, str):
+                        self.touches.setdefault(artifact, []).append(event.seq)
         self.seen.extend(events)
 
     def graph(self, *, derived: Iterable[DerivedItem] = (), now: float | None = None) -> DependencyGraph:
@@ -404,7 +427,7 @@ class GraphBuilder:
         return DependencyGraph(observations=self.observations,
                                changes={a: tuple(c) for a, c in self.changes.items() if c},
                                derived={d.id: d for d in derived}, now=now if now is not None else self.latest,
-                               times=tuple(self.times))
+                               times=tuple(self.times), touches={a: tuple(t) for a, t in self.touches.items()})
 
 
 # --------------------------------------------------------------------------- record support

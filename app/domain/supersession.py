@@ -135,6 +135,10 @@ def notice_text(change: Change, nodes: Sequence[ObservationNode], *, deferred: b
 
 
 def _stale_notice(node: ObservationNode, state: ItemState) -> str:
+    if state.touched_by is not None:
+        return (f"[ctxd notice: the command of seq {state.touched_by} names {state.touched}, and ctxd cannot tell "
+                f"whether it rewrote it: the output of seq {node.seq} above, read before it, is possibly stale. "
+                f"Read {state.touched} again before editing it.]")
     fetched = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(state.fetched_at or 0))
     ttl = (state.expires_at or 0) - (state.fetched_at or 0)
     return (f"[ctxd notice: the output of seq {node.seq} was fetched at {fetched}; its TTL of {ttl:g} s has passed: "
@@ -185,7 +189,8 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
     for seq, state in sorted(states.items()):
         node = graph.observations[seq]
         if state.state == POSSIBLY_STALE:
-            key = max(graph.first_event_after(state.expires_at or 0.0) or seq, seq)
+            key = state.touched_by if state.touched_by is not None else \
+                max(graph.first_event_after(state.expires_at or 0.0) or seq, seq)
             choices[seq] = chosen(seq, "notice", state, key)
             noticed.setdefault((key, 1), []).append((None, node, False))
             continue

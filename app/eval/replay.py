@@ -169,6 +169,10 @@ class CallRecord:
     # instructions and short user messages posted before the call, and how many are verbatim
     instructions_total: int = 0
     instructions_kept: int = 0
+    #: results in the request marked possibly_stale (a later command ctxd does not know named
+    #: what they read), and their tokens kept beside the notice
+    possibly_stale: int = 0
+    possibly_stale_tokens: int = 0
     short_user_total: int = 0
     short_user_kept: int = 0
 
@@ -210,11 +214,13 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
     in_record = sum(1 for c in cands if view.trunk_text and metrics.contains_identifier(view.trunk_text, c))
     inv = view.invalidation or InvalidationReport()
     per_item = stale if view.items is None else metrics.stale_items(facts.observations, facts.revisions, view.items)
+    marked = [i for i in (view.items or {}).values() if i.state == "possibly_stale"]
     return CallRecord(
         compaction_pass=view.compaction_pass, grounding_record_hits=in_record, pass_over_target=view.pass_over_target,
         stale_items=per_item, tombstones=inv.tombstones, tombstone_tokens=inv.tombstone_tokens,
         replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
         stale_tokens_kept=inv.stale_tokens_kept, **view.scratchpad,
+        possibly_stale=len(marked), possibly_stale_tokens=sum(i.tokens or 0 for i in marked),
         instructions_total=len(facts.instructions), instructions_kept=metrics.constraint_hits(text, facts.instructions),
         short_user_total=len(facts.short_user), short_user_kept=metrics.constraint_hits(text, facts.short_user),
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,

@@ -55,6 +55,11 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         "instruction_retention": metrics.retention_fraction(sum(r.instructions_kept for r in records),
                                                             sum(r.instructions_total for r in records)),
         "instruction_pairs": sum(r.instructions_total for r in records),
+        # results marked possibly_stale by a command ctxd does not know that named their artifact:
+        # marks summed over calls, per call, and the tokens of the outputs kept beside the notice
+        "possibly_stale_marks": sum(r.possibly_stale for r in records),
+        "possibly_stale_per_call": (sum(r.possibly_stale for r in records) / len(records)) if records else None,
+        "possibly_stale_tokens": sum(r.possibly_stale_tokens for r in records),
         "short_user_retention": metrics.retention_fraction(sum(r.short_user_kept for r in records),
                                                            sum(r.short_user_total for r in records)),
         "pair_errors": sum(r.pair_errors for r in records),
@@ -239,6 +244,7 @@ TOTAL_COLUMNS = (("calls", "calls", ""), ("input_tokens", "input tokens", ""), (
                  ("constraint_retention", "constraint retention (eq. 6)", "frac"),
                  ("instruction_retention", "instruction retention", "frac"),
                  ("short_user_retention", "short user messages kept", "frac"), ("pair_errors", "pair errors", ""),
+                 ("possibly_stale_marks", "possibly stale marks", ""),
                  ("stale_support", "stale support (eq. 7)", ""), ("grounding", "grounding", "frac"),
                  ("grounding_via_handle", "grounding via handle", "frac"),
                  ("grounding_via_record", "grounding via record", "frac"), ("passes", "passes", ""),

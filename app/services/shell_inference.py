@@ -146,6 +146,8 @@ class Inference:
             body["binding"] = binding
         if reads:
             body["conditions"] = {**conditions, "reads": reads}
+        if call.touched:  # named by a program ctxd does not know: earlier reads are possibly stale
+            body["conditions"] = {**(body.get("conditions") or {}), "touches": list(call.touched)}
         return call, writes
 
     def finish(self, seq: int) -> None:

@@ -92,3 +92,18 @@ def test_a_tree_write_from_a_start_point_marks_the_reads_it_covers() -> None:
     session.run("cat README.md")
     moved = session.run("git checkout -B release origin/release")
     assert set(moved.written) == {"src/service.py", "README.md"}
+
+
+def test_an_unknown_program_touches_what_it_names_that_the_session_met() -> None:
+    """Fallback: a program ctxd neither knows as read-only nor interprets names artifacts
+    (``CommandEffects.names``); the session keeps those it has met (``touched``), which make
+    their reads possibly stale. Interpreters and test runners running a file, and readers,
+    name nothing."""
+    assert command_effects("codemod --rename a b src/a.py").names == ("src/a.py",)
+    for command in ("python tools/x.py src/a.py", "pytest tests/test_a.py", "node x.js src/a.py", "make all",
+                    "wc -l src/a.py", "sort src/a.py", "git log src/a.py"):
+        assert command_effects(command).names == (), command
+    session = SessionEffects()
+    session.run("cat src/a.py")
+    touched = session.run("codemod --rename a b src/a.py src/never_seen.py")
+    assert touched.touched == ("src/a.py",) and touched.written == ()

@@ -409,7 +409,7 @@ def selection_of(command: str) -> tuple[str, ...]:
 
 def _conditions(conditions: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
-                        for k, v in conditions.items() if k != "reads"))
+                        for k, v in conditions.items() if k not in ("reads", "touches")))
 
 
 def claims_of(events: Iterable[Event]) -> list[Claim]:
