@@ -10,6 +10,9 @@
 #                        runtime pins: .ci/run installs it
 # requirements-build.lock  pyproject's [build-system] requires (setuptools, wheel): the image
 #                        builds ctxd's wheel with them, --no-build-isolation (nothing unpinned)
+# clients/python/examples-min.lock  the lowest openai and anthropic the client's `examples`
+#                        extra allows, on top of requirements-dev.lock (.ci/run tests the
+#                        client's SDK tests with them): bash deploy/lock-examples-min.sh
 # Both universal for CPython 3.11 (environment markers where a dependency is platform-
 # specific), with the hashes of every file of each pinned version: the same lock installs
 # on x86_64 and aarch64. tests/unit/test_lock.py checks that they agree with pyproject.toml.
@@ -27,6 +30,8 @@ trap 'rm -f "$build_in"' EXIT
 python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' \
     > "$build_in"
 "$UV" pip compile "$build_in" "${common[@]}" -o requirements-build.lock "$@"
+# after requirements-dev.lock: its pins are the min lock's constraints
+UV="$UV" bash deploy/lock-examples-min.sh "$@"
 echo "wrote requirements.lock ($(grep -c '^[a-z0-9]' requirements.lock) packages)" \
      "requirements-dev.lock ($(grep -c '^[a-z0-9]' requirements-dev.lock) packages)" \
      "and requirements-build.lock ($(grep -c '^[a-z0-9]' requirements-build.lock) packages)"

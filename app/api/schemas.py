@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
@@ -130,6 +131,30 @@ class ToolDecl(BaseModel):
     function: FunctionDecl
 
 
+#: Most characters of a session's title (``sessions.title``, migration 0015_session_title).
+TITLE_MAX_CHARS = 200
+
+
+def _no_control(value: str) -> str:
+    """A title is one line of plain text: no control character (Unicode category Cc: U+0000
+    to U+001F, U+007F to U+009F; a newline or a tab included)."""
+    for at, char in enumerate(value):
+        if unicodedata.category(char) == "Cc":
+            raise ValueError(f"must not contain control characters: U+{ord(char):04X} at character {at} (a title is "
+                             "one line of plain text)")
+    return value
+
+
+#: A session's title: a short human label (1 to 200 characters, no control character), shown
+#: by GET /v1/sessions/{id}, the sessions list and the inspector; no request depends on it.
+Title = Annotated[str, Field(min_length=1, max_length=TITLE_MAX_CHARS,
+                             json_schema_extra={"pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}),
+                  AfterValidator(_no_control)]
+TITLE_DESCRIPTION = ("a short human label for the session (1 to 200 characters, no control characters such as a "
+                     "newline); shown by GET /v1/sessions/{id}, the sessions list and the inspector; no request "
+                     "depends on it")
+
+
 #: A model name as providers and serving engines spell it ("Qwen/Qwen3-8B", "gpt-4o-mini",
 #: "anthropic.claude-3-5-sonnet-20240620-v1:0"): no whitespace, no control characters.
 ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
@@ -170,6 +195,14 @@ class SessionCreate(_SessionOptions):
     system: Annotated[str, NoNul] = ""
     tools: list[ToolDecl] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_DESCRIPTION)
+    title: Title | None = Field(default=None, description=TITLE_DESCRIPTION)
+
+
+class SessionUpdate(Strict):
+    """``PATCH /v1/sessions/{id}``: the fields of a session that may change after its create
+    (none of them changes a request). ``title``: the new title, or null to clear it."""
+
+    title: Title | None = Field(description=TITLE_DESCRIPTION + "; null clears it")
 
 
 def _shell_tools(value: dict[str, Any]) -> dict[str, Any]:
@@ -219,6 +252,7 @@ class SessionOut(BaseModel):
     last_seq: int
     artifacts: dict[str, int]
     created_at: str
+    title: str | None = Field(default=None, description="the session's title (null: none)")
     parent: str | None = Field(default=None, description="the parent session of a child session (issue 16)")
     children: list[str] = Field(default_factory=list, description="ids of this session's child sessions, oldest first")
 
@@ -591,7 +625,11 @@ class ItemOut(Described):
     lines: int | None = Field(default=None, description='payload lines ("\\n") of a tool result')
     tokens_known: bool | None = Field(default=None, description="whether the tool result's payload tokens are "
                                       "known yet (counted once after its POST)")
-    tokens: int | None = Field(default=None, description="payload tokens of a tool result, when known")
+    tokens: int | None = Field(default=None, description=(
+        "a tool result: its payload's tokens (the whole payload, no framing), when known; a user or assistant "
+        "message in the leaf: the tokens it adds to the rendered request, chat framing included (exact, from the "
+        "request's own count; absent where the profile's meter cannot attribute them, e.g. a mistral-tekken user "
+        "message merged into the [INST] block before it)"))
     zone: Literal["root", "trunk", "leaf"] | None
     representation: Representation
     why: str
@@ -732,6 +770,9 @@ class SessionSummary(BaseModel):
     id: str
     profile: str
     model: str | None = Field(description="the `model` of the request bodies: the session's own, else the profile's")
+    title: str | None = Field(default=None, description="the session's title (null: none)")
+    goal: str = Field(default="", description="the first line of the contract's goal, at most 120 characters (cut "
+                                              "with '…' when longer)")
     last_seq: int
     created_at: str
 

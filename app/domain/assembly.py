@@ -1861,6 +1861,7 @@ def assemble_window(
         for key in [key for key in made if key[1] not in live]:
             del made[key]
     items.sort(key=_SEQ)
+    items = _with_message_tokens(items, conversation, measurement, cache)
     declared = declared_tools(session)
     warnings = list(measurement.warnings)
     for group, view in zip(groups[k:], views[k:]):
@@ -1899,6 +1900,65 @@ def assemble_window(
         held=held_pass,
         forecast=forecast,
     )
+
+
+#: key of the session leaf cache's entry of :func:`_with_message_tokens`: the last GET's leaf,
+#: counts, items in and out, its {seq: tokens} and {(seq, tokens): (item, item with tokens)}
+_MESSAGE_TOKENS = ("assembly", "message tokens")
+
+
+def _with_message_tokens(items: list[Item], conversation: Conversation, measurement: Measurement,
+                         memo: MutableMapping[Any, Any]) -> list[Item]:
+    """``items`` with each user or assistant message in the leaf given ``tokens``: what it
+    adds to the rendered request, its chat framing included, exactly as the meter measured
+    it (``Measurement.leaf_tokens``, read off the request's one encoding: nothing is
+    tokenized again). A message that owns no tokens of its own (merged by mistral-common
+    into the message before it), and every message when the meter cannot attribute them,
+    keep none.
+
+    ``memo`` (the session's leaf cache) keeps the last GET's outcome: the items before the
+    first seq whose leaf message or count changed since (and that are the same objects) are
+    taken from it whole, so an extending GET visits only its newest items; an item whose
+    count is the last one's is the same object as then (its manifest entry too,
+    :meth:`Item.to_json`). The same items either way."""
+    counts = measurement.leaf_tokens
+    leaf = conversation.leaf
+    if counts is None or len(counts) != len(leaf):
+        memo.pop(_MESSAGE_TOKENS, None)
+        return items
+    held = memo.get(_MESSAGE_TOKENS)
+    if held is not None:
+        last_leaf, last_counts, last_items, last_out, last_by_seq, made = held
+        same = min(_shared_prefix(leaf, last_leaf), _shared_prefix(counts, last_counts))
+        by_seq = dict(last_by_seq)
+        for m in last_leaf[same:]:
+            by_seq.pop(m.seq, None)
+        changed = [m.seq for m in (*leaf[same:], *last_leaf[same:]) if m.seq is not None]
+        shared = _shared_prefix(items, last_items)
+        # items are in seq order: those before the first changed seq, and the same as then, are as then
+        done = bisect_left(items, min(changed), 0, shared, key=_SEQ) if changed else shared
+        out = list(last_out[:done])
+    else:
+        by_seq, made, same, done, out = {}, {}, 0, 0, []
+    for m, n in zip(leaf[same:], counts[same:]):
+        if n is not None and m.seq is not None:
+            by_seq[m.seq] = n
+    fresh: dict[Any, Any] = {}  # new entries of made (the held one may be read by another thread: never changed)
+    for item in items[done:]:
+        if item.kind == "message" and item.zone == "leaf" and (n := by_seq.get(item.seq)) is not None:
+            key = (item.seq, n)
+            found = made.get(key)
+            if found is None or found[0] is not item:
+                found = fresh[key] = (item, replace(item, tokens=n))
+            item = found[1]
+        out.append(item)
+    if fresh:
+        made = made | fresh
+    if len(made) > 2 * len(items) + 256:  # entries of messages gone from the window pile up: drop them
+        live = {i.seq for i in items}
+        made = {key: value for key, value in made.items() if key[0] in live}
+    memo[_MESSAGE_TOKENS] = (leaf, counts, list(items), out, by_seq, made)
+    return out
 
 
 _CHARS = ("assembly", "chars")  # LeafMessage.memo: the characters of a message's texts

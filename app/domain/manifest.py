@@ -189,7 +189,10 @@ class Item:
     ``zone``: root, trunk or leaf, None when nothing of it is on the wire. For a tool
     result: ``bytes`` (UTF-8) and ``lines`` ("\n"-lines) of its payload, ``tokens`` its
     payload tokens (profile tokenizer) when known (counted once after its POST, or here
-    for a payload within the cap) and ``tokens_known``; None for other kinds.
+    for a payload within the cap) and ``tokens_known``. For a user or assistant message in
+    the leaf, ``tokens`` is what it adds to the rendered request, its chat framing included
+    (the request's own measurement, ``Measurement.leaf_tokens``; none when the meter cannot
+    attribute it). None for other kinds.
     ``elided_tokens``: tokens left out by a head + tail cut (0 when not cut or not known
     yet), ``elided_bytes`` and ``elided_lines`` (first, last) the span it leaves out.
     ``pending_calls``: call ids of the turn still awaiting results. ``transforms``: changes

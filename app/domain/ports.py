@@ -16,6 +16,13 @@ class Measurement:
 
     ``by_zone`` has root, trunk, leaf; ``by_role`` has system, tools, task_state,
     observations; each sums to ``total`` (tokens of the profile's tokenizer).
+
+    ``leaf_tokens``: per leaf message (``conversation.leaf``, in order), the tokens of the
+    rendered request the meter attributes to it, its chat framing included, read off the
+    same encoding (no text is tokenized again); None for a message that owns no tokens of
+    its own (mistral-common merges it into the message before it), and None altogether when
+    the meter cannot attribute them exactly. ``by_zone["leaf"] - sum`` is the leaf's
+    framing that belongs to no message (the generation prompt). Not part of the value.
     """
 
     total: int
@@ -25,6 +32,7 @@ class Measurement:
     # the request's token ids (a tuple, or an array('I') from the segment encoder)
     ids: Sequence[int] | None = field(default=None, repr=False, compare=False)
     extra: dict[str, object] = field(default_factory=dict, compare=False)
+    leaf_tokens: tuple[int | None, ...] | None = field(default=None, repr=False, compare=False)
 
 
 class TokenMeter(Protocol):

@@ -60,8 +60,8 @@ ZONE_NAMES = ("root", "trunk", "leaf")
 
 def sessions_page(factory: sessionmaker[OrmSession], principal: Principal, *, cursor: str | None = None,
                   limit: int = 50, profiles: ProfileRegistry | None = None) -> dict[str, Any]:
-    """The tenant's sessions, newest first: ``{"sessions": [{id, profile, model, last_seq,
-    created_at}], "next_cursor"}``. Raises InvalidParameter (422) for a cursor this service
+    """The tenant's sessions, newest first: ``{"sessions": [{id, profile, model, title, goal,
+    last_seq, created_at}], "next_cursor"}`` (``goal``: its first line). Raises InvalidParameter (422) for a cursor this service
     did not make."""
     with read_only(factory) as db:
         return tenancy_service.list_sessions(db, principal, limit=limit, cursor=cursor, profiles=profiles)

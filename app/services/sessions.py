@@ -41,9 +41,11 @@ from app.tokenizers.profiles import ProfileRegistry
 
 def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, contract: dict[str, Any], system: str,
                    tools: list[dict[str, Any]], metadata: dict[str, Any], meters: MeterRegistry | None = None,
-                   model: str | None = None, tenant_id: str = DEFAULT_TENANT, parent_id: str | None = None) -> str:
+                   model: str | None = None, tenant_id: str = DEFAULT_TENANT, parent_id: str | None = None,
+                   title: str | None = None) -> str:
     """Create a session of tenant ``tenant_id``; returns its id (32 hex chars). ``model`` is the ``model`` of the
-    session's request bodies (every format); None follows the profile's model.
+    session's request bodies (every format); None follows the profile's model. ``title``: a short human label
+    (validated by the API: at most 200 characters, no control character); no request depends on it.
 
     With ``meters``, the text rendered verbatim (contract goal and constraints, which are
     protected fields; system; every string of the tool declarations) is checked against
@@ -62,8 +64,32 @@ def create_session(db: OrmSession, profiles: ProfileRegistry, *, profile: str, c
         check_protected_text(profiles, meters, profile, protected)
     session_id = uuid.uuid4().hex
     repo.add_session(db, session_id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     metadata=metadata, model=model, tenant_id=tenant_id, parent_id=parent_id)
+                     metadata=metadata, model=model, tenant_id=tenant_id, parent_id=parent_id, title=title)
     return session_id
+
+
+def set_title(db: OrmSession, session_id: str, title: str | None, profiles: ProfileRegistry) -> dict[str, Any]:
+    """Set the session's title (None clears it) and return the session as ``GET
+    /v1/sessions/{id}`` shows it. No request depends on the title: the layout, the memo and
+    the manifests are untouched. Raises SessionNotFound (404)."""
+    row = require_session_row(db, session_id)
+    row.title = title
+    db.flush()
+    return describe_session(db, session_id, profiles)
+
+
+#: Most characters of a session's goal line in the sessions list (GET /v1/sessions, the inspector).
+GOAL_LINE_CHARS = 120
+
+
+def goal_line(contract: Any, limit: int = GOAL_LINE_CHARS) -> str:
+    """The first line of the contract's goal that holds some text, stripped, at most ``limit``
+    characters (a longer one is cut to ``limit - 1`` and ends with '…'); "" when none."""
+    goal = contract.get("goal") if isinstance(contract, dict) else None
+    if not isinstance(goal, str):
+        return ""
+    line = next((part.strip() for part in goal.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
 
 
 def check_protected_text(profiles: ProfileRegistry, meters: MeterRegistry, profile: str,
@@ -110,7 +136,7 @@ def describe_session(db: OrmSession, session_id: str, profiles: ProfileRegistry)
     return {
         "id": row.id, "profile": row.profile, "model": session_model(row, profiles), "contract": row.contract, "system": row.system, "tools": row.tools,
         "metadata": row.meta or {}, "events": repo.event_count(db, session_id), "last_seq": row.last_seq,
-        "artifacts": artifacts, "created_at": iso_utc(row.created_at),
+        "artifacts": artifacts, "created_at": iso_utc(row.created_at), "title": row.title,
         "parent": row.parent_id, "children": repo.child_ids(db, session_id),
     }
 

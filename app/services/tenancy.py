@@ -32,7 +32,7 @@ from app.domain.errors import (
     Unauthorized,
 )
 from app.domain.tenancy import DEFAULT_TENANT, Principal
-from app.services.sessions import session_model
+from app.services.sessions import goal_line, session_model
 from app.store import repository as repo
 from app.store import retention
 from app.store import tenancy as store
@@ -157,15 +157,18 @@ def _position(cursor: str) -> tuple[datetime, str]:
 def list_sessions(db: OrmSession, principal: Principal, *, limit: int, cursor: str | None,
                   profiles: ProfileRegistry | None = None) -> dict[str, Any]:
     """The tenant's sessions, newest first, keyset-paged: ``{"sessions": [{id, profile, model,
-    last_seq, created_at}], "next_cursor"}`` (None on the last page). ``model``: the ``model``
-    of the session's request bodies, its own else its profile's (from ``profiles``), as
-    ``GET /v1/sessions/{id}`` gives it. A cursor that is not one this API made is
+    title, goal, last_seq, created_at}], "next_cursor"}`` (None on the last page). ``model``:
+    the ``model`` of the session's request bodies, its own else its profile's (from
+    ``profiles``), as ``GET /v1/sessions/{id}`` gives it; ``title``: its title (None: none);
+    ``goal``: the first line of its contract's goal, at most 120 characters
+    (:func:`app.services.sessions.goal_line`). A cursor that is not one this API made is
     InvalidParameter (422)."""
     rows = store.list_sessions(db, principal.tenant_id, limit=limit + 1,
                                before=_position(cursor) if cursor else None)
     page = rows[:limit]
     return {"sessions": [{"id": r.id, "profile": r.profile,
                           "model": session_model(r, profiles) if profiles is not None else r.model,
+                          "title": r.title, "goal": goal_line(r.contract),
                           "last_seq": r.last_seq, "created_at": iso_utc(r.created_at)} for r in page],
             "next_cursor": _cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None}
 

@@ -126,9 +126,9 @@ def load_session_state(db: Db, session_id: str,
 
 def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict[str, Any], system: str,
                 tools: list[dict[str, Any]], metadata: dict[str, Any], model: str | None = None,
-                tenant_id: str = "default", parent_id: str | None = None) -> SessionRow:
+                tenant_id: str = "default", parent_id: str | None = None, title: str | None = None) -> SessionRow:
     row = SessionRow(id=session_id, profile=profile, contract=contract, system=system, tools=tools,
-                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id, parent_id=parent_id)
+                     meta=metadata, model=model, last_seq=0, tenant_id=tenant_id, parent_id=parent_id, title=title)
     db.add(row)
     db.flush()  # the session row first: the layout state's foreign key names it
     db.add(LayoutStateRow(session_id=session_id, version=0, cut_seq=0, deferred=[], shown_upto=0))

@@ -50,6 +50,8 @@ class SessionRow(Base):
     tools: Mapped[list[Any]] = mapped_column(JSON)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     model: Mapped[str | None] = mapped_column(String(256), nullable=True, default=None)  # None: the profile's
+    # a short human label (migration 0015_session_title): set at create, changed by PATCH; no request depends on it
+    title: Mapped[str | None] = mapped_column(String(200), nullable=True, default=None)
     # the owning tenant (issue 12; migration 0008_tenancy backfilled existing sessions to "default")
     tenant_id: Mapped[str] = mapped_column(String(32), ForeignKey("tenants.id"), default="default")
     # bytes of the payloads this session's events posted, each counted every time (storage quota)

@@ -31,6 +31,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -342,14 +343,18 @@ class HFChatMeter:
     # -- rendering ---------------------------------------------------------------------
 
     def render(self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, *,
-               add_generation_prompt: bool = True, memos: Sequence[dict[Any, Any] | None] | None = None) -> str:
+               add_generation_prompt: bool = True, memos: Sequence[dict[Any, Any] | None] | None = None,
+               ends: list[int] | None = None) -> str:
         """The chat template's text for ``messages`` (same output as
         ``tokenizer.apply_chat_template(..., tokenize=False, **template_kwargs)``). ``memos``:
         per message, a memo the native renderer may keep its work in (messages passed
-        again unchanged in later renders)."""
+        again unchanged in later renders). ``ends``: filled with where each message's text
+        ends in the render when the native renderer made it (see
+        :func:`app.tokenizers.native.render_qwen3`); left empty by the other renders."""
         if self._native is not None:
             text = self._native(messages, tools, add_generation_prompt, memos=memos,
-                                renders=self._renders if memos is not None else None, **self.template_kwargs)
+                                renders=self._renders if memos is not None else None, ends=ends,
+                                **self.template_kwargs)
             if text is not None:
                 return text
         if self._template is None or any(_marked(m) for m in messages):
@@ -469,6 +474,7 @@ class HFChatMeter:
 
     def _measure(self, conversation: Conversation) -> Measurement:
         memos: list[dict[Any, Any] | None] | None = None
+        ends: list[int] = []  # where each message's text ends in the render (native renders only)
         if self._native is not None:
             messages = [{"role": "system", "content": conversation.system},
                         {"role": "user", "content": conversation.trunk}]
@@ -481,7 +487,7 @@ class HFChatMeter:
         else:
             messages = template_messages(conversation, render_reasoning=self.render_reasoning)
         tools = list(conversation.tools)
-        text = self.render(messages, tools, memos=memos)
+        text = self.render(messages, tools, memos=memos, ends=ends)
         trunk_start, leaf_start, bare_root = self._head(messages, tools or None)
         if self._added is not None and not self._added.match(text, leaf_start):
             leaf_start = self._boundary_before(text, leaf_start)
@@ -513,18 +519,36 @@ class HFChatMeter:
                 zone: {"hits": part.count("hit"), "misses": part.count("miss")}
                 for z, zone in enumerate(("root", "trunk", "leaf"))
                 for part in (status[cuts[z] : cuts[z + 1]],)}
+            leaf_tokens = _leaf_tokens(encoded, ends, len(messages), leaf_at)
         else:
             root_ids = self.tokenizer.encode(text[:trunk_start], add_special_tokens=False)
             trunk_ids = self.tokenizer.encode(text[trunk_start:leaf_start], add_special_tokens=False)
             leaf_ids = self.tokenizer.encode(text[leaf_start:], add_special_tokens=False)
             ids = tuple(root_ids + trunk_ids + leaf_ids)
             root_n, leaf_at = len(root_ids), len(root_ids) + len(trunk_ids)
+            leaf_tokens = None  # no segments: the leaf is encoded as one text
         by_zone = {"root": root_n, "trunk": leaf_at - root_n, "leaf": len(ids) - leaf_at}
         tool_tokens = by_zone["root"] - bare_root if tools else 0
         by_role = {"system": by_zone["root"] - tool_tokens, "tools": tool_tokens,
                    "task_state": by_zone["trunk"], "observations": by_zone["leaf"]}
-        return Measurement(total=len(ids), by_zone=by_zone, by_role=by_role, ids=ids,
+        return Measurement(total=len(ids), by_zone=by_zone, by_role=by_role, ids=ids, leaf_tokens=leaf_tokens,
                            extra={"text": text, "zone_chars": (trunk_start, leaf_start), **stats})
+
+
+def _leaf_tokens(encoded: Any, ends: Sequence[int], n_messages: int, leaf_at: int) -> tuple[int, ...] | None:
+    """Each leaf message's tokens in the request, its chat framing included: the tokens
+    between the end of the message before it and its own end in the render (``ends``, from
+    the native renderer: system, trunk, then the leaf), read off the segments of the one
+    encoding (every message of a native render ends next to an added token, so each end is
+    a segment boundary). What follows the last message is the generation prompt. None when
+    the render gave no ends (not native) or an end is not a boundary (then nothing is
+    guessed), or when the leaf would not start where its zone does."""
+    if len(ends) != n_messages or n_messages < 2:
+        return None
+    at = encoded.token_offsets_at(ends[1:])  # the trunk's end (the leaf's start), then each leaf message's
+    if at is None or at[0] != leaf_at:
+        return None
+    return tuple(b - a for a, b in pairwise(at))
 
 
 __all__ = ["HFChatMeter", "arguments_text", "inert", "openai_to_template_messages", "parse_arguments", "template_messages"]

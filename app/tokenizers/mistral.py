@@ -344,6 +344,19 @@ class MistralTekken:
         Raises:
             ValueError, TypeError: as :meth:`to_mistral`.
         """
+        out, warnings, _ = self.served_with_origins(messages, tools)
+        return out, warnings
+
+    def served_with_origins(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[str], list[int]]:
+        """:meth:`served_messages` and, per served message, the index in ``messages`` of the
+        message it comes from (the bridge assistant text before a user message that follows
+        a tool message comes from that user message).
+
+        Raises:
+            ValueError, TypeError: as :meth:`to_mistral`.
+        """
         shaped, warnings, id_map = self._shape(messages, tools)
         out: list[dict[str, Any]] = []
         for idx, role, text, calls in shaped:
@@ -361,7 +374,7 @@ class MistralTekken:
                 out.append({"role": role, "content": text})
         if _is_prefix(shaped):
             out[-1]["prefix"] = True
-        return out, warnings
+        return out, warnings, [entry[0] for entry in shaped]
 
     def _convert(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> _Converted:
         shaped, warnings, id_map = self._shape(messages, tools)

@@ -11,6 +11,13 @@ tools; system = count without tools - count without tools and without the system
 task_state = the trunk zone, less the system text when v3 puts it there (the last user
 run is the trunk's own, e.g. a leaf user message merged into it); observations = the rest
 (sums to total).
+
+Each leaf message's tokens (``Measurement.leaf_tokens``) are the pieces of the served
+messages it gave (a bridge assistant text counts to the user message it precedes): its
+[INST] block, assistant text or tool call with their control tokens. A run of consecutive
+user messages that mistral-common merges is one piece, its first message's (the others
+own none; a leaf user message merged into the trunk's block counts in the trunk zone);
+the v3 system prompt is inside the last user message's piece, as the leaf zone counts it.
 """
 
 from __future__ import annotations
@@ -143,10 +150,17 @@ class MistralMeter:
 
     def messages(self, conversation: Conversation) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
         """The served chat-completions messages, the tools and the layout warnings."""
+        messages, tools, warnings, _ = self._served(conversation)
+        return messages, tools, warnings
+
+    def _served(self, conversation: Conversation
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], list[int]]:
+        """:meth:`messages` and, per served message, the index of the body message it comes
+        from (0 the system message, 1 the trunk, ``2 + i`` leaf message ``i``)."""
         body = serialize(conversation, model="-", max_tokens=1)
         tools = body.get("tools", [])
-        messages, warnings = self.tekken.served_messages(body["messages"], tools)
-        return messages, tools, warnings
+        messages, warnings, origins = self.tekken.served_with_origins(body["messages"], tools)
+        return messages, tools, warnings, origins
 
     def prefetch(self, messages: Sequence[LeafMessage], *, handoff: bool = True) -> None:
         """Nothing to start ahead (see TokenMeter.prefetch)."""
@@ -165,17 +179,22 @@ class MistralMeter:
                                         rule="mistral-common", reason=str(exc)) from exc
 
     def _measure(self, conversation: Conversation) -> Measurement:
-        messages, tools, warnings = self.messages(conversation)
+        messages, tools, warnings, origins = self._served(conversation)
         pieces = self.tekken.segments(messages, tools, cache=self._cache)
         roles = [m["role"] for m in messages]
         trunk = roles.index("user")
         last_user_run = max(owner for owner, _ in pieces if owner >= 0 and roles[owner] == "user")
         by_zone = {"root": 0, "trunk": 0, "leaf": 0}
         ids: list[int] = []
+        # per leaf message, the tokens of the pieces of the served messages it gave (None: it owns no
+        # piece, e.g. merged by mistral-common into the [INST] block of the user message before it)
+        leaf_tokens: list[int | None] = [None] * len(conversation.leaf)
         for owner, piece in pieces:
             ids.extend(piece)
             zone = "root" if owner < trunk else "trunk" if owner == trunk else "leaf"
             by_zone[zone] += len(piece)
+            if zone == "leaf" and 0 <= (index := origins[owner] - 2) < len(leaf_tokens):
+                leaf_tokens[index] = (leaf_tokens[index] or 0) + len(piece)
         total = len(ids)
         bare = sum(len(p) for _, p in self.tekken.segments(messages, [], cache=self._cache))
         no_system = [m for m in messages if m["role"] != "system"]
@@ -185,8 +204,9 @@ class MistralMeter:
         task_state = by_zone["trunk"] - (system_tokens if last_user_run == trunk else 0)
         by_role = {"system": system_tokens, "tools": tools_tokens, "task_state": task_state,
                    "observations": total - system_tokens - tools_tokens - task_state}
+        exact = sum(n for n in leaf_tokens if n is not None) == by_zone["leaf"]  # every leaf piece attributed
         return Measurement(total=total, by_zone=by_zone, by_role=by_role, warnings=tuple(warnings), ids=tuple(ids),
-                           extra={"openai_messages": messages})
+                           leaf_tokens=tuple(leaf_tokens) if exact else None, extra={"openai_messages": messages})
 
 
 __all__ = ["MistralMeter", "load_tekken"]

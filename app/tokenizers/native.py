@@ -218,7 +218,8 @@ def _generation_prompt(add_generation_prompt: bool, template_kwargs: dict[str, A
 
 def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
                  add_generation_prompt: bool = True, *, memos: Sequence[dict[Any, Any] | None] | None = None,
-                 renders: RenderStore | None = None, **template_kwargs: Any) -> str | None:
+                 renders: RenderStore | None = None, ends: list[int] | None = None,
+                 **template_kwargs: Any) -> str | None:
     """The Qwen3 chat template (:data:`QWEN3_TEMPLATE_SHA256`) in Python.
 
     Same output as ``apply_chat_template(messages, tools=tools, tokenize=False,
@@ -241,6 +242,12 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
     messages and tools are equal copies the text of all but the last shared message (whose
     end depends on what follows it) and renders only what follows, in time proportional
     to the new messages plus one copy of the text.
+
+    ``ends``: optional, a list this render fills with where each message's text ends in the
+    returned text (``ends[i]``: the length of the text up to the end of message ``i``'s
+    part; what follows the last one is the generation prompt), so a caller can count each
+    message's tokens, framing included, from the one encoding of the whole text. Left as
+    given when the render returns None.
     """
     if not messages or not set(template_kwargs) <= {"enable_thinking"}:
         return None
@@ -249,6 +256,8 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
         if memos is not None and renders is not None else None
     if anchor is None or memos is None or renders is None:
         rendered = _render_all(messages, tools, memos, add_generation_prompt, template_kwargs)
+        if rendered is not None and ends is not None:
+            ends[:] = rendered.ends
         return rendered.text if rendered is not None else None
     key = id(memos[anchor])  # the state holds that memo, so the id is not reused while it is kept
     prev: _Rendered | None = renders.get(key)
@@ -260,6 +269,8 @@ def render_qwen3(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
             return None
     if None not in rendered.memos:  # a message without a memo could change unseen
         renders.put(key, rendered)
+    if ends is not None:
+        ends[:] = rendered.ends
     return rendered.text
 
 

@@ -142,7 +142,7 @@ def test_another_tenants_session_is_404_like_an_absent_one(app_client: TestClien
     assert app_client.get(f"/v1/sessions/{sid}/request", headers=a).status_code == 200
     manifest_id = app_client.get(f"/v1/sessions/{sid}/manifests", headers=a).json()["manifests"][0]["id"]
     probes = [("GET", "", None), ("GET", "/request", None), ("GET", "/manifests", None),
-              ("GET", f"/manifests/{manifest_id}", None), ("DELETE", "", None),
+              ("GET", f"/manifests/{manifest_id}", None), ("DELETE", "", None), ("PATCH", "", {"title": "b's"}),
               ("POST", "/events", {"events": [{"event_id": "x", "kind": "step", "text": "next"}]}),
               ("POST", "/preconditions", {"artifact": "a.py", "revision": 0}),
               ("GET", f"/handles/{handle}", None), ("GET", f"/handles/{handle[:8]}", None)]
@@ -152,6 +152,7 @@ def test_another_tenants_session_is_404_like_an_absent_one(app_client: TestClien
         _same_problem(theirs, absent, absent_id=ABSENT, real_id=sid)
     # nothing changed for the owner: no event stored by B's POST, the session not deleted
     assert app_client.get(f"/v1/sessions/{sid}", headers=a).json()["events"] == 3
+    assert app_client.get(f"/v1/sessions/{sid}", headers=a).json()["title"] is None  # B's PATCH changed nothing
     assert sid not in [s["id"] for s in app_client.get("/v1/sessions", headers=b).json()["sessions"]]
 
 

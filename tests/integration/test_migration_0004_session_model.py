@@ -71,12 +71,12 @@ def test_the_migrations_have_one_head_and_one_line() -> None:
     0003_session_model to 0004 after 0003_ingest, and of the request path's 0003 / 0004 to
     0005_layout_states / 0006_manifest_deltas after it, then 0007_layout_deferral,
     0008_tenancy, 0009_progress_record and 0010_event_search, 0011_message_positions, 0012_session_parent,
-    0013_artifact_content_hash, 0014_ui_session_ends): one head, one
+    0013_artifact_content_hash, 0014_ui_session_ends, 0015_session_title): one head, one
     base, every revision reached."""
     from alembic.script import ScriptDirectory
 
     scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
-    assert scripts.get_heads() == ["0014_ui_session_ends"]
+    assert scripts.get_heads() == ["0015_session_title"]
     assert scripts.get_bases() == ["0001"]
     line = [s.revision for s in scripts.walk_revisions()]
-    assert line == ["0014_ui_session_ends", "0013_artifact_content_hash", "0012_session_parent", "0011_message_positions", "0010_event_search", "0009_progress_record", "0008_tenancy", "0007_layout_deferral", "0006_manifest_deltas", "0005_layout_states", "0004_session_model", "0003_ingest", "0002", "0001"]
+    assert line == ["0015_session_title", "0014_ui_session_ends", "0013_artifact_content_hash", "0012_session_parent", "0011_message_positions", "0010_event_search", "0009_progress_record", "0008_tenancy", "0007_layout_deferral", "0006_manifest_deltas", "0005_layout_states", "0004_session_model", "0003_ingest", "0002", "0001"]

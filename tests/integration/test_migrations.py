@@ -192,3 +192,40 @@ def test_ui_session_ends_up_down_up(database_url: str) -> None:
     finally:
         engine.dispose()
     upgrade_head(database_url)
+
+
+def test_session_title_up_down_up(database_url: str) -> None:
+    """Migration 0015_session_title: sessions stored at 0014 read back untitled (GET's and the
+    list's ``title`` null); a title is stored, read back and listed; down drops the column
+    keeping the sessions and their events, up restores it empty."""
+    from app.domain.tenancy import Principal
+    from app.services import tenancy as tenancy_service
+
+    config = alembic_config(database_url)
+    command.upgrade(config, "0002")
+    _seed_at_0002(database_url)
+    command.upgrade(config, "0014_ui_session_ends")
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT id, title FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]
+    engine = create_engine(database_url)
+    try:
+        with Session(engine) as db, db.begin():
+            row = repo.get_session_row(db, "s1")
+            assert row is not None and row.title is None
+            row.title = "A title, é 🧪 " + "x" * 186  # 200 characters: the column's width
+        with Session(engine) as db:
+            listed = tenancy_service.list_sessions(db, Principal("default"), limit=10, cursor=None)["sessions"]
+            assert {s["id"]: (s["title"], s["goal"]) for s in listed} == {
+                "s1": ("A title, é 🧪 " + "x" * 186, "g"), "s2": (None, "g")}
+    finally:
+        engine.dispose()
+    command.downgrade(config, "0014_ui_session_ends")
+    engine = create_engine(database_url)
+    try:
+        assert "title" not in {c["name"] for c in inspect(engine).get_columns("sessions")}
+    finally:
+        engine.dispose()
+    assert _rows(database_url, "SELECT id FROM sessions ORDER BY id") == [("s1",), ("s2",)]
+    assert _rows(database_url, "SELECT count(*) FROM events") == [(4,)]
+    upgrade_head(database_url)
+    assert _rows(database_url, "SELECT id, title FROM sessions ORDER BY id") == [("s1", None), ("s2", None)]

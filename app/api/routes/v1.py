@@ -32,6 +32,7 @@ from app.api.schemas import (
     SessionCreate,
     SessionCreated,
     SessionOut,
+    SessionUpdate,
     validated_messages,
 )
 from app.services import messages as message_service
@@ -59,7 +60,7 @@ def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Pr
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
             tools=[t.model_dump(exclude_none=True) for t in body.tools], metadata=body.metadata, meters=meters,
-            model=body.model, tenant_id=caller.tenant_id)
+            model=body.model, tenant_id=caller.tenant_id, title=body.title)
     return SessionCreated(id=session_id)
 
 
@@ -88,6 +89,17 @@ def get_session(session_id: str, db: Db, profiles: Profiles) -> SessionOut:
     and artifact revisions."""
     with read_only(db.read) as conn:
         return SessionOut(**session_service.describe_session(conn, session_id, profiles))
+
+
+@router.patch("/sessions/{session_id}", response_model=SessionOut, responses=documented(400, 404, 413))
+def update_session(session_id: str, body: SessionUpdate, uow: Uow, profiles: Profiles, caller: Caller) -> SessionOut:
+    """Change what may change of the caller's session after its create: ``title`` (a new
+    one, or null to clear it). Returns the session as ``GET`` does. No request depends on
+    it: the layout, the manifests and the prefix are unchanged."""
+    with uow() as db:
+        tenancy_service.require_session(db, session_id, caller)
+        out = session_service.set_title(db, session_id, body.title, profiles)
+    return SessionOut(**out)
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))

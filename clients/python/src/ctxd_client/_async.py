@@ -26,6 +26,7 @@ from ctxd_client._core import (
     recall_call,
     recall_failed,
     recall_text,
+    request_content,
     search_params,
     session_body,
 )
@@ -40,10 +41,11 @@ class AsyncClient:
         self.http = httpx.AsyncClient(transport=transport, **http_options(url, api_key, timeout))
 
     async def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                   json: Any = None) -> httpx.Response:
+                   json: Any = None, content: bytes | None = None) -> httpx.Response:
+        body, headers = request_content(json, content)  # encoded once, before the first attempt
         async for attempt in AsyncRetrying(**self.retry.tenacity_kwargs()):
             with attempt:
-                response = await self.http.request(method, path, params=params, json=json)
+                response = await self.http.request(method, path, params=params, content=body, headers=headers)
                 if response.status_code >= 400:
                     raise error_for(response)
         return response
@@ -84,7 +86,7 @@ class AsyncSession:
                    system: Any = None) -> dict[str, Any]:
         kind, calls, digests, sent_system = post_plan(self._log, items, format, system)
         answers = [(await self.client.call("POST", f"/v1/sessions/{self.id}/{kind}", params=params,
-                                           json=body)).json() for params, body in calls]
+                                           content=body)).json() for params, body in calls]
         if kind == "messages":
             self._log.acknowledge(digests, sent_system)
         return merge_answers(kind, answers)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,74 @@ class InvalidInputError(CtxdError):
 
 class RetryableError(CtxdError):
     """429 / 502 / 503 / 504 (retried; raised once the attempts are spent)."""
+
+
+#: A surrogate code point (U+D800 to U+DFFF): a Python string holds one when JSON's ``\ud83d``
+#: escape (half of an emoji) was decoded alone; UTF-8 cannot encode it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _key_path(path: str, key: str) -> str:
+    """``path`` and one object key: ``.name`` for an identifier, else ``["..."]`` (JSON-escaped,
+    so printable whatever the key holds)."""
+    if key.isidentifier():
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _lone_surrogate(value: Any, path: str, loc: tuple[str | int, ...], shift: Mapping[str, int]
+                    ) -> tuple[str, tuple[str | int, ...], int, str, str | None] | None:
+    """``(path, loc, index, surrogate, key)`` of the first string of ``value`` holding a
+    surrogate code point, in document order (``key``: the object key holding it, when it is
+    a key rather than a value; ``path`` and ``loc`` then name its object); None when there is
+    none. ``shift``: added to the indices of the top-level lists it names."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return (path, loc, found.start(), found.group(), None) if found else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            key = str(key)
+            found = _SURROGATE.search(key)
+            if found:
+                return path, loc, found.start(), found.group(), key
+            offset = shift.get(key, 0) if not loc else 0
+            hit = _lone_surrogate(item, _key_path(path, key), (*loc, key), {key: offset} if offset else {})
+            if hit is not None:
+                return hit
+        return None
+    if isinstance(value, (list, tuple)):
+        offset = shift.get(str(loc[-1]), 0) if loc else 0
+        for i, item in enumerate(value):
+            hit = _lone_surrogate(item, f"{path}[{i + offset}]", (*loc, i + offset), {})
+            if hit is not None:
+                return hit
+    return None
+
+
+def json_body(value: Any, *, shift: Mapping[str, int] | None = None) -> bytes:
+    """``value`` as the request body ctxd is sent: compact JSON in UTF-8, the bytes httpx's
+    ``json=`` would send. Every body of the client goes through here, before its request.
+
+    Text that UTF-8 cannot encode (a lone surrogate, e.g. a tool output holding half of an
+    emoji) raises :class:`InvalidInputError` naming the field, before anything is sent:
+    ``events[3].payload: a lone surrogate U+D83D at character 12 cannot be sent as UTF-8
+    JSON`` (the character index is 0-based; ``problem["loc"]`` is the field as ctxd's own
+    422 would name it, ``["body", "events", 3, "payload"]``). ``shift``: added to the
+    indices of the top-level lists it names, so that a batch names the item's place in what
+    the caller passed (``{"events": 1000}`` for the second batch of 1,000)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        hit = _lone_surrogate(value, "", (), shift or {})
+        if hit is None:  # pragma: no cover - json.dumps writes only what value holds
+            raise
+        path, loc, at, char, key = hit
+        where = f"character {at}" if key is None else f"character {at} of the key {json.dumps(key)}"
+        detail = (f"{path or 'body'}: a lone surrogate U+{ord(char):04X} at {where} cannot be sent as UTF-8 JSON "
+                  "(half of an emoji or of another character outside the BMP?); nothing was sent")
+        raise InvalidInputError(422, {"title": "Text not encodable as UTF-8", "status": 422, "detail": detail,
+                                      "loc": ["body", *loc]}) from None
 
 
 def error_for(response: httpx.Response) -> CtxdError:
@@ -106,6 +175,19 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+#: The headers of a request with a body (the bytes of :func:`json_body`).
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def request_content(json: Any, content: bytes | None) -> tuple[bytes | None, dict[str, str] | None]:
+    """The body bytes and headers of one call: ``content`` as given (already encoded by
+    :func:`json_body`), else ``json`` encoded by :func:`json_body` (which raises
+    InvalidInputError, before anything is sent, for text UTF-8 cannot carry), else none."""
+    if content is None and json is not None:
+        content = json_body(json)
+    return content, (JSON_HEADERS if content is not None else None)
 
 
 def http_options(url: str | None, api_key: str | None, timeout: float) -> dict[str, Any]:
@@ -227,20 +309,24 @@ class AssembledRequest:
 
 
 def post_plan(log: MessageLog, items: Sequence[Any], fmt: PostFormat,
-              system: Any) -> tuple[str, list[tuple[dict[str, Any], dict[str, Any]]], list[str], Any]:
-    """What ``Session.post`` sends: ``(kind, [(query params, json body)], digests, system)``;
-    kind ``events`` (ids assigned here, once) or ``messages`` (from the first new or
-    changed position on, in batches of :data:`BATCH`)."""
+              system: Any) -> tuple[str, list[tuple[dict[str, Any], bytes]], list[str], Any]:
+    """What ``Session.post`` sends: ``(kind, [(query params, JSON body bytes)], digests,
+    system)``; kind ``events`` (ids assigned here, once) or ``messages`` (from the first new
+    or changed position on, in batches of :data:`BATCH`). Every batch is encoded here
+    (:func:`json_body`), before the first is sent: text UTF-8 cannot carry raises
+    InvalidInputError naming the item by its index in ``items`` (``events[3].payload``,
+    ``messages[7].content``) and nothing is sent."""
     if fmt == "events" or (items and all(is_event(i) for i in items)):
         events = with_event_ids(jsonable(list(items)))
-        return "events", [({}, {"events": list(c)}) for c in chunks(events)], [], None
+        return "events", [({}, json_body({"events": list(c)}, shift={"events": i * BATCH}))
+                          for i, c in enumerate(chunks(events))], [], None
     start, todo, digests, send_system = log.plan(items, system)
     calls = []
     for i, chunk in enumerate(chunks(todo)):
         body: dict[str, Any] = {"messages": list(chunk), "start": start + i * BATCH}
         if send_system is not None and i == 0:
             body["system"] = send_system
-        calls.append(({"format": fmt}, body))
+        calls.append(({"format": fmt}, json_body(body, shift={"messages": start + i * BATCH})))
     return "messages", calls, digests, send_system
 
 

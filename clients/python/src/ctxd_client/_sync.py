@@ -26,6 +26,7 @@ from ctxd_client._core import (
     recall_call,
     recall_failed,
     recall_text,
+    request_content,
     search_params,
     session_body,
 )
@@ -43,11 +44,14 @@ class Client:
         self.http = httpx.Client(transport=transport, **http_options(url, api_key, timeout))
 
     def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-             json: Any = None) -> httpx.Response:
-        """One call with retries; the response of a 2xx, else raises CtxdError."""
+             json: Any = None, content: bytes | None = None) -> httpx.Response:
+        """One call with retries; the response of a 2xx, else raises CtxdError. The body:
+        ``json`` (a JSON value) or ``content`` (its bytes, from ``json_body``); text UTF-8
+        cannot carry raises InvalidInputError naming the field, before anything is sent."""
+        body, headers = request_content(json, content)  # encoded once, before the first attempt
         for attempt in Retrying(**self.retry.tenacity_kwargs()):
             with attempt:
-                response = self.http.request(method, path, params=params, json=json)
+                response = self.http.request(method, path, params=params, content=body, headers=headers)
                 if response.status_code >= 400:
                     raise error_for(response)
         return response
@@ -94,7 +98,7 @@ class Session:
         ``kind``; missing ``event_id``s are assigned once, so a retry is a duplicate).
         ``system``: the Anthropic top-level system prompt. Returns ctxd's answer."""
         kind, calls, digests, sent_system = post_plan(self._log, items, format, system)
-        answers = [self.client.call("POST", f"/v1/sessions/{self.id}/{kind}", params=params, json=body).json()
+        answers = [self.client.call("POST", f"/v1/sessions/{self.id}/{kind}", params=params, content=body).json()
                    for params, body in calls]
         if kind == "messages":
             self._log.acknowledge(digests, sent_system)
