@@ -332,14 +332,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from app.eval.report import default_prices, profile_info, write_report
 
     err = Console(stderr=True)
+    if args.interactive:  # writes interactive.md and .json: no plots, no matplotlib needed
+        return _eval_interactive(args, err)
     if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
         # the eval extra is not part of the service install (nor of the image)
         err.print("[bold red]error:[/] " + escape("ctxd eval's plots need matplotlib, which is in the optional 'eval' "
                   "extra: pip install 'ctxd[eval]' (from a checkout: pip install -e '.[eval]'), or pass --no-plots "
                   "for the report without plots"), highlight=False)
         return EXIT_FAILED
-    if args.interactive:
-        return _eval_interactive(args, err)
     policies = [p.strip() for p in re.split(r",(?![^\[]*\])", args.policies) if p.strip()]
     policies += sweep_policies(args.sweep_t_hi, args.sweep_k, args.sweep_record, args.sweep_lo_ratio)
     start = time.perf_counter()

@@ -135,13 +135,21 @@ class ToolDecl(BaseModel):
 TITLE_MAX_CHARS = 200
 
 
+#: bidirectional embedding, override and isolate controls: they reorder what follows them
+#: on screen (a title shown in a list could then read as something else)
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _no_control(value: str) -> str:
     """A title is one line of plain text: no control character (Unicode category Cc: U+0000
-    to U+001F, U+007F to U+009F; a newline or a tab included)."""
+    to U+001F, U+007F to U+009F; a newline or a tab included), no line or paragraph separator
+    (U+2028, U+2029), no bidirectional control, and some text besides blanks."""
     for at, char in enumerate(value):
-        if unicodedata.category(char) == "Cc":
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _BIDI_CONTROLS:
             raise ValueError(f"must not contain control characters: U+{ord(char):04X} at character {at} (a title is "
                              "one line of plain text)")
+    if not value.strip():
+        raise ValueError("must hold text, not only blanks (null clears a title)")
     return value
 
 

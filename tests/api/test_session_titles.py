@@ -78,6 +78,9 @@ def test_a_title_changes_no_request(client: TestClient) -> None:
     ("c1\x85", "U+0085 at character 2"),
     ("x" * 201, "at most 200 characters"),
     ("", "at least 1 character"),
+    ("   ", "not only blanks"),  # found by a fresh-user trial: it was stored, and /ui showed an empty cell
+    ("a\u2028b", "U+2028 at character 1"),  # a line separator: a title is one line
+    ("abc\u202etxt.exe", "U+202E at character 3"),  # a right-to-left override reorders what a list shows
     (17, "valid string"),
     (["a"], "valid string"),
 ])

@@ -188,3 +188,21 @@ def test_eval_output_is_ignored_by_git() -> None:
     paths = ["ctxd-eval/report.md", "ctxd-eval/results.json"]
     done = subprocess.run(["git", "check-ignore", *paths], cwd=REPO, check=False, capture_output=True, text=True)
     assert done.stdout.split() == paths, f"ctxd-eval/ (ctxd eval's default --out) is not in .gitignore: {done}"
+
+
+def test_eval_interactive_needs_no_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``ctxd eval --interactive`` draws no plots, so it runs on the service install (no
+    ``eval`` extra). Before: it stopped with "ctxd eval's plots need matplotlib" (a fresh-user
+    trial, following the README)."""
+    import importlib.util
+
+    interactive = TRACES_DIR.parent / "interactive"
+    sessions = sorted(interactive.glob("*.json"))
+    if not sessions:
+        pytest.skip(f"no interactive sessions in {interactive}")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "matplotlib" else real(name, *a, **k))
+    smallest = min(sessions, key=lambda p: p.stat().st_size)
+    assert main(["eval", "--interactive", "--quiet", "--out", str(tmp_path), str(smallest)]) == 0
+    assert "instruction retention" in (tmp_path / "interactive.md").read_text()

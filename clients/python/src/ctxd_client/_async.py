@@ -75,11 +75,11 @@ class AsyncSession:
     async def create(cls, *, goal: str | None = None, constraints: Sequence[str | Mapping[str, Any]] = (),
                      contract: Mapping[str, Any] | None = None, system: str = "", tools: Sequence[Any] = (),
                      profile: str | None = None, model: str | None = None,
-                     metadata: Mapping[str, Any] | None = None, url: str | None = None, api_key: str | None = None,
-                     client: AsyncClient | None = None) -> AsyncSession:
+                     metadata: Mapping[str, Any] | None = None, title: str | None = None, url: str | None = None,
+                     api_key: str | None = None, client: AsyncClient | None = None) -> AsyncSession:
         client = client or AsyncClient(url, api_key=api_key)
         body = session_body(goal=goal, constraints=constraints, contract=contract, system=system, tools=tools,
-                            profile=profile, model=model, metadata=metadata)
+                            profile=profile, model=model, metadata=metadata, title=title)
         return cls(client, str((await client.call("POST", "/v1/sessions", json=body)).json()["id"]))
 
     async def post(self, items: Sequence[Any], *, format: PostFormat = "openai",
@@ -116,6 +116,12 @@ class AsyncSession:
 
     async def info(self) -> dict[str, Any]:
         out: dict[str, Any] = (await self.client.call("GET", f"/v1/sessions/{self.id}")).json()
+        return out
+
+    async def set_title(self, title: str | None) -> dict[str, Any]:
+        """Set the session's title (None clears it): ``PATCH /v1/sessions/{id}``; returns the session."""
+        out: dict[str, Any] = (await self.client.call("PATCH", f"/v1/sessions/{self.id}",
+                                                      json={"title": title})).json()
         return out
 
     async def delete(self) -> dict[str, Any]:

@@ -252,10 +252,10 @@ def contract_body(goal: str | None, constraints: Sequence[str | Mapping[str, Any
 
 def session_body(*, goal: str | None, constraints: Sequence[str | Mapping[str, Any]],
                  contract: Mapping[str, Any] | None, system: str, tools: Sequence[Any], profile: str | None,
-                 model: str | None, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+                 model: str | None, metadata: Mapping[str, Any] | None, title: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"contract": contract_body(goal, constraints, contract), "system": system,
                             "tools": jsonable(list(tools))}
-    for key, value in (("profile", profile), ("model", model), ("metadata", metadata)):
+    for key, value in (("profile", profile), ("model", model), ("metadata", metadata), ("title", title)):
         if value is not None:
             body[key] = jsonable(value)
     return body

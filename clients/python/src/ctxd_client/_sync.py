@@ -82,13 +82,15 @@ class Session:
     def create(cls, *, goal: str | None = None, constraints: Sequence[str | Mapping[str, Any]] = (),
                contract: Mapping[str, Any] | None = None, system: str = "", tools: Sequence[Any] = (),
                profile: str | None = None, model: str | None = None, metadata: Mapping[str, Any] | None = None,
-               url: str | None = None, api_key: str | None = None, client: Client | None = None) -> Session:
+               title: str | None = None, url: str | None = None, api_key: str | None = None,
+               client: Client | None = None) -> Session:
         """Create a session: the task contract (``goal`` and ``constraints``, strings or
         ``{id, text}``; or a whole ``contract``), the system instructions, the tools (OpenAI
-        function declarations, dicts or SDK objects), the profile and the bodies' ``model``."""
+        function declarations, dicts or SDK objects), the profile, the bodies' ``model`` and a
+        ``title`` (a short label the sessions list and the inspector show)."""
         client = client or Client(url, api_key=api_key)
         body = session_body(goal=goal, constraints=constraints, contract=contract, system=system, tools=tools,
-                            profile=profile, model=model, metadata=metadata)
+                            profile=profile, model=model, metadata=metadata, title=title)
         return cls(client, str(client.call("POST", "/v1/sessions", json=body).json()["id"]))
 
     def post(self, items: Sequence[Any], *, format: PostFormat = "openai", system: Any = None) -> dict[str, Any]:
@@ -143,6 +145,11 @@ class Session:
     def info(self) -> dict[str, Any]:
         """The session (``GET /v1/sessions/{id}``)."""
         out: dict[str, Any] = self.client.call("GET", f"/v1/sessions/{self.id}").json()
+        return out
+
+    def set_title(self, title: str | None) -> dict[str, Any]:
+        """Set the session's title (None clears it): ``PATCH /v1/sessions/{id}``; returns the session."""
+        out: dict[str, Any] = self.client.call("PATCH", f"/v1/sessions/{self.id}", json={"title": title}).json()
         return out
 
     def delete(self) -> dict[str, Any]:
