@@ -31,6 +31,9 @@ from typing import Any
 
 import pytest
 
+#: the golden API bodies plugin (off unless CTXD_GOLDEN_API is set: tests/golden/api_bodies.py)
+pytest_plugins = ["tests.golden.api_bodies"]
+
 POSTGRES_ENV = "CTXD_TEST_POSTGRES_URL"
 REDIS_ENV = "CTXD_TEST_REDIS_URL"
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import json
 import sys
 import tempfile
@@ -31,6 +30,8 @@ GOLDEN_FILE = Path(__file__).with_name("requests.json")
 #: traces replayed under mistral-tekken besides all of them under qwen3 (the first few by name)
 MISTRAL_TRACES = 4
 _DROPPED = {"id", "session_id"}
+#: the session id the next create gets (replay_digests pushes one per trace)
+_NEXT_IDS: list[str] = []
 
 
 def _strip(value: Any) -> Any:
@@ -51,19 +52,21 @@ def _digest(body: dict[str, Any]) -> str:
 
 @contextmanager
 def golden_client() -> Iterator[Any]:
-    """A TestClient on a fresh data directory whose session ids count up from 1 and whose
-    payload counts run inside the POST that queues them."""
+    """A TestClient on a fresh data directory whose next session id is the one
+    :func:`replay_digests` sets (from the trace and profile, so a trace's requests do not
+    depend on which others ran before it) and whose payload counts run inside the POST
+    that queues them."""
     from fastapi.testclient import TestClient
 
     from app.main import create_app
     from app.settings import Settings
 
-    ids = (f"{n:032x}" for n in itertools.count(1))
+    ids = _NEXT_IDS
     with tempfile.TemporaryDirectory(prefix="ctxd-golden-") as data_dir, \
-            mock.patch("app.services.sessions.uuid.uuid4", side_effect=lambda: mock.Mock(hex=next(ids))):
-        with TestClient(create_app(Settings(data_dir=Path(data_dir))), raise_server_exceptions=True) as client:
-            client.app.state.payload_counter.close()  # from now on a submit counts in the caller's thread
-            yield client
+            mock.patch("app.services.sessions.uuid", mock.Mock(uuid4=lambda: mock.Mock(hex=ids.pop()))), \
+            TestClient(create_app(Settings(data_dir=Path(data_dir))), raise_server_exceptions=True) as client:
+        client.app.state.payload_counter.close()  # from now on a submit counts in the caller's thread
+        yield client
 
 
 def replay_digests(client: Any, trace: Path, profile: str) -> list[str]:
@@ -71,6 +74,7 @@ def replay_digests(client: Any, trace: Path, profile: str) -> list[str]:
     from app.adapters import miniswe
 
     traj = miniswe.load_trajectory(trace)
+    _NEXT_IDS.append(hashlib.sha256(f"{profile}/{trace.name}".encode()).hexdigest()[:32])
     r = client.post("/v1/sessions", json={**miniswe.session_create_body(traj), "profile": profile})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
