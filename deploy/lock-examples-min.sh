@@ -9,9 +9,9 @@
 # what differs from requirements-dev.lock (the two SDKs and any dependency of theirs that the
 # dev lock lacks or pins differently), so it installs with --require-hashes on top of it:
 #
-#   pip install --require-hashes -r requirements-dev.lock
+#   pip install --require-hashes --no-deps -r requirements-dev.lock
 #   pip install --no-deps -e . -e clients/python
-#   pip install --require-hashes -r clients/python/examples-min.lock
+#   pip install --require-hashes --no-deps -r clients/python/examples-min.lock
 #
 # .ci/run's phase "client SDK tests at the examples extra's lowest versions" does that in a
 # second venv and runs the SDK tests of tests/client against it. Raise a lower bound in
@@ -60,7 +60,7 @@ header = "".join(line for line in full.splitlines(keepends=True)
 same = {key for key, _ in entries(dev)}
 kept = [block for key, block in entries(full) if key not in same]
 sys.stdout.write(header + "# Only what differs from requirements-dev.lock: install it on top of that lock\n"
-                 "# (pip install --require-hashes -r clients/python/examples-min.lock).\n" + "".join(kept))
+                 "# (pip install --require-hashes --no-deps -r clients/python/examples-min.lock).\n" + "".join(kept))
 EOF
 mv "$tmp/min.lock" "$OUT"
 echo "wrote $OUT ($(grep -c '^[a-z0-9]' "$OUT") packages: $(grep -o '^[a-z0-9][^ ;]*' "$OUT" | tr '\n' ' '))"

@@ -97,7 +97,7 @@ def closure(requirements: list[Requirement]) -> set[str]:
                 dist = distribution(name)
             except PackageNotFoundError:
                 pytest.fail(f"{name} is required but not installed: install from the lock "
-                            "(.venv/bin/pip install --require-hashes -r requirements-dev.lock)")
+                            "(.venv/bin/pip install --require-hashes --no-deps -r requirements-dev.lock)")
             todo += [(Requirement(r), wanted) for r in dist.requires or ()]
     return seen
 
@@ -158,7 +158,7 @@ def test_the_installed_packages_are_the_dev_lock(dev: dict[str, Locked]) -> None
             got = "nothing"
         if got != entry.version:
             wrong.append(f"{entry.name}: locked {entry.version}, installed {got}")
-    assert wrong == [], (f"{wrong}: install from the lock: .venv/bin/pip install --require-hashes -r "
+    assert wrong == [], (f"{wrong}: install from the lock: .venv/bin/pip install --require-hashes --no-deps -r "
                          "requirements-dev.lock && .venv/bin/pip install --no-deps -e .")
 
 
