@@ -8,7 +8,7 @@ changed token); seed 003 (assembly manifest).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -31,6 +31,7 @@ from app.domain.manifest import (
 from app.domain.ports import TokenMeter, WireFormat
 from app.domain.prefix import CacheModel, ReuseReport, body_sha256, predict_reuse
 from app.domain.prefix_layout import explain_divergence, layout_digest
+from app.domain.session_memo import SessionMemo
 from app.domain.state import LayoutState, PreviousRequest, RememberedIds, SessionState
 from app.domain.supersession import InvalidationOptions
 from app.domain.tenancy import DEFAULT_TENANT
@@ -94,7 +95,7 @@ class RequestPlan:
         return self.assembly.derived_payloads
 
 
-def warm_request(events: Sequence[Event], *, policy: Policy, meter: TokenMeter, memo: MutableMapping[Any, Any],
+def warm_request(events: Sequence[Event], *, policy: Policy, meter: TokenMeter, memo: SessionMemo,
                  payload_tokens: Mapping[str, int] | None = None) -> None:
     """Take the first steps of the next :func:`plan_request` of these ``events`` under
     ``policy`` ahead of it (:func:`app.domain.assembly.warm_window`): its memos in ``memo``
@@ -114,7 +115,7 @@ def plan_request(
     meter: TokenMeter,
     previous: PreviousRequest | None = None,
     remembered: RememberedIds | None = None,
-    memo: MutableMapping[Any, Any] | None = None,
+    memo: SessionMemo | None = None,
     payload_tokens: Mapping[str, int] | None = None,
     pass_due: bool | None = None,
 ) -> RequestPlan:
@@ -162,24 +163,7 @@ def plan_request(
     new_layout = state.layout.advanced(cut_seq=assembly.cut_seq, deferred=decided.deferred,
                                        shown_upto=decided.shown_upto, folded=assembly.evicted_now > 0)
     digest, breakpoints = _identify(assembly, state.last_seq, wire=wire, memo=memo)
-    prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
-    reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
-                          prev_ids=trusted.packed if trusted is not None and prev_state else None,
-                          prev_chain=trusted.chain if trusted is not None and prev_state else None)
-    divergence = None
-    if reuse.first_divergence_offset is not None and trusted is not None:
-        divergence = _with_invalidation(Divergence(**explain_divergence(trusted.layout, digest,
-                                                                        reuse.first_divergence_offset)), assembly)
-    cache = CacheReport(
-        model=cache_model.kind, block_size=cache_model.block_size,
-        predicted_cached_tokens=reuse.predicted_cached_tokens, uncached_tokens=m.total - reuse.predicted_cached_tokens,
-        # a previous request that could be neither recognised nor rebuilt (e.g. the tokenizer changed): nothing known
-        previous_tokens=previous.length if previous is not None else 0,
-        common_prefix_tokens=reuse.common_prefix_tokens,
-        common_prefix_exact=reuse.common_prefix_exact and (previous is None or prev_state is not None),
-        extends_previous=prev_state is not None and reuse.first_divergence_offset is None,
-        breakpoints=breakpoints, first_divergence=divergence,
-    )
+    reuse, cache = _cache_report(assembly, digest, breakpoints, trusted, previous, cache_model)
     items, elided = assembly.items, assembly.elided
     cut_tokens, cut_known = _cut_items(items, memo)
     manifest = Manifest(
@@ -210,6 +194,32 @@ def plan_request(
     )
 
 
+def _cache_report(assembly: Assembly, digest: Mapping[str, Any], breakpoints: tuple[int, ...],
+                  trusted: RememberedIds | None, previous: PreviousRequest | None,
+                  cache_model: CacheModel) -> tuple[ReuseReport, CacheReport]:
+    """The request's prefix reuse against the previous request (``trusted``: its ids, when
+    known or rebuilt) and the manifest's cache report of it."""
+    m = assembly.measurement
+    prev_state = trusted.state if trusted is not None and trusted.state.block_size == cache_model.block_size else None
+    reuse = predict_reuse(prev_state, m.ids or (), cache_model, breakpoints=breakpoints,
+                          prev_ids=trusted.packed if trusted is not None and prev_state else None,
+                          prev_chain=trusted.chain if trusted is not None and prev_state else None)
+    divergence = None
+    if reuse.first_divergence_offset is not None and trusted is not None:
+        divergence = _with_invalidation(Divergence(**explain_divergence(trusted.layout, digest,
+                                                                        reuse.first_divergence_offset)), assembly)
+    cache = CacheReport(
+        model=cache_model.kind, block_size=cache_model.block_size,
+        predicted_cached_tokens=reuse.predicted_cached_tokens, uncached_tokens=m.total - reuse.predicted_cached_tokens,
+        # a previous request that could be neither recognised nor rebuilt (e.g. the tokenizer changed): nothing known
+        previous_tokens=previous.length if previous is not None else 0,
+        common_prefix_tokens=reuse.common_prefix_tokens,
+        common_prefix_exact=reuse.common_prefix_exact and (previous is None or prev_state is not None),
+        extends_previous=prev_state is not None and reuse.first_divergence_offset is None,
+        breakpoints=breakpoints, first_divergence=divergence,
+    )
+    return reuse, cache
+
 
 def _counts_known(items: Sequence[Item]) -> bool:
     """Whether every cut or elided item of ``items`` has its token count known."""
@@ -221,12 +231,12 @@ def _counts_known(items: Sequence[Item]) -> bool:
 _CUT_ITEMS = ("planner", "cut items")
 
 
-def _cut_items(items: tuple[Item, ...], memo: MutableMapping[Any, Any] | None) -> tuple[int, bool]:
+def _cut_items(items: tuple[Item, ...], memo: SessionMemo | None) -> tuple[int, bool]:
     """The tokens head + tail cuts left out of the window's ``items`` (the known counts) and
     whether every cut or elided item's count is known. ``memo`` (the session's leaf cache)
     keeps them for the last request's items, so a window whose items begin with those
     (equal items; the usual case) adds up only the new ones. The same figures either way."""
-    held = memo.get(_CUT_ITEMS) if memo is not None else None
+    held = memo.cut_items if memo is not None else None
     done, tokens, known = 0, 0, True
     if held is not None and begins_with(items, held[0]):
         done, tokens, known = len(held[0]), held[1], held[2]
@@ -234,7 +244,7 @@ def _cut_items(items: tuple[Item, ...], memo: MutableMapping[Any, Any] | None) -
     tokens += sum(map(_ELIDED_TOKENS, new))
     known = known and _counts_known(new)
     if memo is not None:
-        memo[_CUT_ITEMS] = (items, tokens, known)
+        memo.cut_items = (items, tokens, known)
     return tokens, known
 
 
@@ -298,7 +308,7 @@ def _notice_follows(assembly: Assembly, seq: int) -> bool:
 
 
 def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
-              memo: MutableMapping[Any, Any] | None = None) -> tuple[dict[str, Any], tuple[int, ...]]:
+              memo: SessionMemo | None = None) -> tuple[dict[str, Any], tuple[int, ...]]:
     """The request's layout digest (with ``last_seq``: with the cut, what rebuilds it) and
     its cache breakpoints (token offsets: the ends of the root, the trunk and the request,
     for a format that marks them). ``memo``: the session's leaf cache (see
@@ -315,7 +325,7 @@ def _identify(assembly: Assembly, last_seq: int, *, wire: WireFormat,
 
 def _rebuild_previous(state: SessionState, events: Sequence[Event], previous: PreviousRequest, *, policy: Policy,
                       wire: WireFormat, cache_model: CacheModel, meter: TokenMeter,
-                      memo: MutableMapping[Any, Any] | None,
+                      memo: SessionMemo | None,
                       payload_tokens: Mapping[str, int] | None = None) -> RememberedIds | None:
     """The previous request's ids when this worker does not hold them (another worker
     served it, or this one restarted): planned again from what produced it, the events up

@@ -441,51 +441,9 @@ def predict_reuse(
 
     p = prev.length
     m = common_prefix_len(state.digests, prev.digests) // HASH_BYTES
-
-    extends = False
-    if prev_packed is not None:
-        if len(prev_packed) // 4 != p:
-            raise ValueError(f"prev_ids has {len(prev_packed) // 4} tokens, previous state {p}")
-        lo, hi = 4 * m * bs, 4 * (m * bs + bs)
-        common = m * bs + common_prefix_len(packed[lo:hi], prev_packed[lo:hi]) // 4
-        exact = True
-        extends = common == p
-    else:
-        common = m * bs
-        exact = False
-        prev_full = prev.n_blocks
-        if m == prev_full and n >= p:
-            # every full block of the previous request matched; check its partial tail
-            if prev.tail_digest is None or _short(_prefix_digest(chain, packed, bs, p)) == prev.tail_digest:
-                common, exact, extends = p, True, True
-        elif m == len(chain) and n <= p and n % bs == 0:
-            exact = True  # the new request is a prefix of the previous one, ending on a block
-
-    if extends:
-        divergence: int | None = None
-    else:
-        divergence = common  # exact, or the start of the first differing block
-
-    if model.kind == "vllm_blocks":
-        usable = min(m, (n - 1) // bs) if n > 0 else 0
-        predicted = usable * bs
-    elif model.kind == "openai":
-        predicted = 0 if common < model.min_tokens else (
-            model.min_tokens + model.increment * ((common - model.min_tokens) // model.increment)
-        )
-    elif model.kind == "anthropic":
-        predicted = 0
-        if bps:
-            last_bp = bps[-1]
-            for off, h in prev.breakpoints:
-                if off < model.min_tokens or off > last_bp or off > n:
-                    continue
-                d = bp_digests.get(off) or _prefix_digest(chain, packed, bs, off)
-                if _short(d) == h and off > predicted:
-                    predicted = off
-    else:
-        predicted = 0
-
+    common, exact, extends = _common_prefix(prev, packed, prev_packed, chain, m, bs)
+    divergence = None if extends else common  # exact, or the start of the first differing block
+    predicted = _predicted_cached(model, prev, packed, chain, bp_digests, bps, common, m)
     return ReuseReport(
         model=model,
         total_tokens=n,
@@ -500,3 +458,49 @@ def predict_reuse(
         chain=tuple(chain),
         packed=packed,
     )
+
+
+def _common_prefix(prev: PrefixState, packed: bytes, prev_packed: bytes | None, chain: list[bytes], m: int,
+                   bs: int) -> tuple[int, bool, bool]:
+    """(common prefix tokens, whether exact, whether this request extends the previous one)
+    of a request whose first ``m`` full blocks match the previous request's: exact with the
+    previous ids, else from the block digests (and the previous tail's digest)."""
+    p = prev.length
+    if prev_packed is not None:
+        if len(prev_packed) // 4 != p:
+            raise ValueError(f"prev_ids has {len(prev_packed) // 4} tokens, previous state {p}")
+        lo, hi = 4 * m * bs, 4 * (m * bs + bs)
+        common = m * bs + common_prefix_len(packed[lo:hi], prev_packed[lo:hi]) // 4
+        return common, True, common == p
+    n = len(packed) // 4
+    if m == prev.n_blocks and n >= p:
+        # every full block of the previous request matched; check its partial tail
+        if prev.tail_digest is None or _short(_prefix_digest(chain, packed, bs, p)) == prev.tail_digest:
+            return p, True, True
+    elif m == len(chain) and n <= p and n % bs == 0:
+        return m * bs, True, False  # the new request is a prefix of the previous one, ending on a block
+    return m * bs, False, False
+
+
+def _predicted_cached(model: CacheModel, prev: PrefixState, packed: bytes, chain: list[bytes],
+                      bp_digests: Mapping[int, bytes], bps: tuple[int, ...], common: int, m: int) -> int:
+    """The cached tokens ``model`` predicts for a request sharing ``common`` tokens (``m``
+    full blocks) with the previous one (:func:`predict_reuse`)."""
+    n, bs = len(packed) // 4, model.block_size
+    if model.kind == "vllm_blocks":
+        usable = min(m, (n - 1) // bs) if n > 0 else 0
+        return usable * bs
+    if model.kind == "openai":
+        return 0 if common < model.min_tokens else (
+            model.min_tokens + model.increment * ((common - model.min_tokens) // model.increment)
+        )
+    predicted = 0
+    if model.kind == "anthropic" and bps:
+        last_bp = bps[-1]
+        for off, h in prev.breakpoints:
+            if off < model.min_tokens or off > last_bp or off > n:
+                continue
+            d = bp_digests.get(off) or _prefix_digest(chain, packed, bs, off)
+            if _short(d) == h and off > predicted:
+                predicted = off
+    return predicted

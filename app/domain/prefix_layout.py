@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 from app.domain.layout import Conversation, LeafMessage, begins_with
+from app.domain.session_memo import SessionMemo
 
 
 def _sha(value: Any) -> str:
@@ -37,14 +38,14 @@ def leaf_digest(m: LeafMessage) -> str:
 _LAST_DIGEST = ("layout digest", "last")
 
 
-def _root_sha(conversation: Conversation, memo: MutableMapping[Any, Any] | None) -> str:
+def _root_sha(conversation: Conversation, memo: SessionMemo | None) -> str:
     """The root's hash (system text and tools), kept in ``memo`` while both are the same."""
-    held = memo.get(_LAST_ROOT) if memo is not None else None
+    held = memo.root_digest if memo is not None else None
     if held is not None and held[0] == conversation.system and held[1] is conversation.tools:
-        return held[2]  # type: ignore[no-any-return]
+        return held[2]
     sha = _sha([conversation.system, list(conversation.tools)])
     if memo is not None:
-        memo[_LAST_ROOT] = (conversation.system, conversation.tools, sha)
+        memo.root_digest = (conversation.system, conversation.tools, sha)
     return sha
 
 
@@ -53,7 +54,7 @@ _LAST_ROOT = ("layout digest", "root")
 
 
 def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut_seq: int,
-                  memo: MutableMapping[Any, Any] | None = None) -> dict[str, Any]:
+                  memo: SessionMemo | None = None) -> dict[str, Any]:
     """A JSON-able digest of a request's layout (hashes, token ends by zone, leaf index).
 
     Each leaf message's entry ``[seq, role, digest]`` is computed once per message and kept
@@ -63,7 +64,7 @@ def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut
     (equal messages) takes those entries whole, and an equal trunk is not hashed again.
     The same digest either way."""
     messages = conversation.leaf
-    held = memo.get(_LAST_DIGEST) if memo is not None else None
+    held = memo.layout_digest if memo is not None else None
     leaf: list[Any] = []
     if held is not None and begins_with(messages, held[0]):
         leaf = list(held[1])
@@ -75,7 +76,7 @@ def layout_digest(conversation: Conversation, *, by_zone: Mapping[str, int], cut
         leaf.append(entry)
     trunk_sha = held[3] if held is not None and held[2] == conversation.trunk else _sha(conversation.trunk)
     if memo is not None:
-        memo[_LAST_DIGEST] = (messages, tuple(leaf), conversation.trunk, trunk_sha)
+        memo.layout_digest = (messages, tuple(leaf), conversation.trunk, trunk_sha)
     root_end = int(by_zone["root"])
     return {
         "root_sha": _root_sha(conversation, memo),

@@ -26,11 +26,12 @@ from one request to the next, so two GETs with no event between them decide alik
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.domain.invalidation import HISTORICAL, POSSIBLY_STALE, Change, DependencyGraph, ItemState, ObservationNode
+from app.domain.session_memo import SessionMemo
 
 __all__ = ["MODES", "Choice", "InvalidationOptions", "InvalidationPlan", "Notice", "notice_text", "plan_invalidation",
            "tombstone_text"]
@@ -148,7 +149,7 @@ def _stale_notice(node: ObservationNode, state: ItemState) -> str:
 def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: bool = False,
                       trunk_rewrite: bool = False, deferred: frozenset[int] = frozenset(),
                       shown_upto: int = 0, states: Mapping[int, ItemState] | None = None,
-                      memo: MutableMapping[Any, Any] | None = None) -> InvalidationPlan:
+                      memo: SessionMemo | None = None) -> InvalidationPlan:
     """Choose, for every historical or possibly stale observation of ``graph``, how the
     request shows it (module docstring).
 
@@ -171,8 +172,8 @@ def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: b
         raise ValueError(f"unknown invalidation mode {mode!r}; one of {', '.join(MODES)}")
     if states is None:
         states = graph.observation_states()
-    made: dict[int, Choice] = memo.setdefault("invalidation choices", {}) if memo is not None else {}
-    judgements: dict[int, tuple[Any, ...]] = memo.setdefault("invalidation judgements", {}) if memo is not None else {}
+    made: dict[int, Choice] = memo.invalidation_choices if memo is not None else {}
+    judgements: dict[int, tuple[Any, ...]] = memo.invalidation_judgements if memo is not None else {}
 
     def chosen(seq: int, name: ChoiceName, state: ItemState, key: int, text: str | None = None) -> Choice:
         """The choice, the same object as the last plan's when equal (compared by identity)."""

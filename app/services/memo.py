@@ -37,11 +37,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import cachetools
 import orjson
 
+from app.domain.session_memo import SessionMemo
 from app.domain.state import RememberedIds
 from app.domain.types import Event, MessageEvent, ToolResultEvent
 from app.store.repository import StoredManifest
@@ -82,7 +82,7 @@ class _Entry:
     seen: int = 0
     events: list[Event] = field(default_factory=list)
     event_bytes: int = 0
-    leaf: dict[Any, Any] = field(default_factory=dict)
+    leaf: SessionMemo = field(default_factory=SessionMemo)
     prefix: dict[str, RememberedIds] = field(default_factory=dict)
     manifests: dict[str, tuple[StoredManifest, int]] = field(default_factory=dict)  # (manifest, its JSON bytes)
     # held while this worker plans the session (a GET's plan, a warm-up after a POST): both use its leaf cache
@@ -194,7 +194,7 @@ class AssemblyMemo:
         with self._lock:
             return self._entry(session_id).plan_lock
 
-    def leaf_cache(self, session_id: str) -> dict[Any, Any]:
+    def leaf_cache(self, session_id: str) -> SessionMemo:
         """The session's leaf cache (see ``assemble_window(leaf_cache=...)``)."""
         with self._lock:
             return self._entry(session_id).leaf

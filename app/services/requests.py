@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -37,6 +37,7 @@ from app.domain.planner import PLANNER_VERSION, Policy, RequestPlan, plan_reques
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, ReuseReport
 from app.domain.recall import with_recall_tool
+from app.domain.session_memo import SessionMemo
 from app.domain.state import LayoutState, PreviousRequest, SessionState
 from app.domain.types import Event, ToolResultEvent
 from app.observability import metrics
@@ -107,7 +108,7 @@ class Wire:
     session_id: str
     model: str | None = None  # the session's own model for its bodies; None: the profile's
     #: the session's leaf cache (the openai body reuses the previous body's leaf JSON from it)
-    memo: MutableMapping[Any, Any] | None = field(default=None, compare=False, repr=False)
+    memo: SessionMemo | None = field(default=None, compare=False, repr=False)
 
     @property
     def zones(self) -> Mapping[str, str]:
@@ -227,8 +228,8 @@ class Loaded:
 COUNT_LOOKUPS = 3
 
 
-def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str, str]:
-    return ("payload_tokens", tokenizer_id, handle)
+def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str]:
+    return (tokenizer_id, handle)
 
 
 def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: str, counts: Mapping[str, int]) -> None:
@@ -237,22 +238,22 @@ def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: s
     from storage)."""
     stash = memo.leaf_cache(session_id)
     for handle, count in counts.items():
-        stash[_count_key(tokenizer_id, handle)] = count
+        stash.payload_tokens[_count_key(tokenizer_id, handle)] = count
 
 
-def _text_handle(event: ToolResultEvent, stash: MutableMapping[Any, Any]) -> str:
+def _text_handle(event: ToolResultEvent, stash: SessionMemo) -> str:
     """The handle of the text an output renders: its redacted view's (issue 12; the count
     stored after the POST is the view's) or, unredacted, its own. Hashed once per output."""
     if not event.redactions:
         return event.handle
-    key = ("view_handle", event.handle)
-    if key not in stash:
-        stash[key] = hashlib.sha256(event.payload.encode("utf-8")).hexdigest()
-    return str(stash[key])
+    found = stash.view_handles.get(event.handle)
+    if found is None:
+        found = stash.view_handles[event.handle] = hashlib.sha256(event.payload.encode("utf-8")).hexdigest()
+    return found
 
 
 def known_payload_tokens(db: repo.Db | None, tokenizer_id: str | None, events: Sequence[Event],
-                         stash: MutableMapping[Any, Any]) -> dict[str, int]:
+                         stash: SessionMemo) -> dict[str, int]:
     """Exact token counts of the session's tool outputs known so far (handle -> tokens,
     under the tokenizer ``tokenizer_id``; none without one). Counts never change, so each
     is read from the payloads table once and kept in the session's memo (``stash``, its
@@ -266,9 +267,8 @@ def known_payload_tokens(db: repo.Db | None, tokenizer_id: str | None, events: S
     of the lookups used up)."""
     if tokenizer_id is None:
         return {}
-    scan_key = ("payload_tokens_scan", tokenizer_id)
     # (events scanned, event handle -> count, outputs still unknown: (counted text's handle, event handle))
-    scanned: tuple[list[Event], dict[str, int], tuple[tuple[str, str], ...]] | None = stash.get(scan_key)
+    scanned = stash.payload_scans.get(tokenizer_id)
     if scanned is not None and len(events) >= len(scanned[0]) and events[:len(scanned[0])] == scanned[0]:
         seen, found, unknown = list(scanned[0]), dict(scanned[1]), list(scanned[2])
     else:
@@ -280,21 +280,21 @@ def known_payload_tokens(db: repo.Db | None, tokenizer_id: str | None, events: S
     missing: dict[str, str] = {}  # handle of the text counted -> the event's handle
     still: list[tuple[str, str]] = []
     for counted, handle in dict.fromkeys(unknown):
-        count = stash.get(_count_key(tokenizer_id, counted))
+        count = stash.payload_tokens.get(_count_key(tokenizer_id, counted))
         if count is not None:
             found[handle] = count
             continue
         still.append((counted, handle))
-        if db is not None and stash.get(("payload_tokens_lookups", tokenizer_id, counted), 0) < COUNT_LOOKUPS:
+        if db is not None and stash.count_lookups.get((tokenizer_id, counted), 0) < COUNT_LOOKUPS:
             missing[counted] = handle
     if missing and db is not None:
         for counted, count in repo.payload_token_counts(db, missing, tokenizer_id).items():
             if count is not None:
-                stash[_count_key(tokenizer_id, counted)] = found[missing[counted]] = count
+                stash.payload_tokens[_count_key(tokenizer_id, counted)] = found[missing[counted]] = count
         for handle in missing:
-            key = ("payload_tokens_lookups", tokenizer_id, handle)
-            stash[key] = stash.get(key, 0) + 1
-    stash[scan_key] = (seen, found, tuple(x for x in still if x[1] not in found))
+            key = (tokenizer_id, handle)
+            stash.count_lookups[key] = stash.count_lookups.get(key, 0) + 1
+    stash.payload_scans[tokenizer_id] = (seen, found, tuple(x for x in still if x[1] not in found))
     return dict(found)
 
 
@@ -323,11 +323,11 @@ def load(db: repo.Db, memo: AssemblyMemo, session_id: str, fmt: str, *,
                   record_source=record_source(db, memo.leaf_cache(session_id), session_id, state))
 
 
-def _source_key(layout: LayoutState) -> tuple[str, int, int]:
-    return ("record source", layout.cut_seq, layout.passes)
+def _source_key(layout: LayoutState) -> tuple[int, int]:
+    return (layout.cut_seq, layout.passes)
 
 
-def record_source(db: repo.Db, stash: MutableMapping[Any, Any], session_id: str,
+def record_source(db: repo.Db, stash: SessionMemo, session_id: str,
                   state: SessionState) -> RecordSource | None:
     """The summarizer's outcome the session's last pass used (issue 10 item 6), as saved
     with its record in the layout state: None before any pass or when no summarizer was
@@ -336,15 +336,15 @@ def record_source(db: repo.Db, stash: MutableMapping[Any, Any], session_id: str,
     if state.layout.passes == 0:
         return None
     key = _source_key(state.layout)
-    if key in stash:
-        return stash[key]  # type: ignore[no-any-return]
+    if key in stash.record_sources:
+        return stash.record_sources[key]
     stored = repo.load_record(db, session_id)
     data = stored[2].get("source") if stored is not None and isinstance(stored[2], Mapping) else None
     try:
         found = RecordSource.from_dict(data) if isinstance(data, Mapping) and "folded_seqs" in data else None
     except (ValueError, KeyError, TypeError):
         found = None
-    stash[key] = found
+    stash.record_sources[key] = found
     return found
 
 
@@ -461,7 +461,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         if waited is not None:
             candidate = after_wait(candidate, *waited)
         stash = memo.leaf_cache(session_id)
-        stash[_WARM_PROFILE] = profile.name  # what a warm-up after the next POST plans with
+        stash.warm_profile = profile.name  # what a warm-up after the next POST plans with
         with memo.plan_lock(session_id):  # the leaf cache is this plan's alone (a warm-up may be running)
             plan = plan_request(served_state(loaded.state, profile), loaded.events,
                                 policy=with_sources(policy_for(profile, policy, watermarks, due_calls),
@@ -489,10 +489,10 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
         spent["save"] += time.perf_counter() - t2
         stash = memo.leaf_cache(session_id)
         if plan.assembly.forecast is not None:  # what the POST hook reads: is a pass near?
-            stash["forecast"] = plan.assembly.forecast
+            stash.forecast = plan.assembly.forecast
         if plan.layout.passes > plan.loaded_layout.passes:  # this worker's pass: its record's source is known
             source = plan.assembly.record.source if plan.assembly.record is not None else None
-            stash[_source_key(plan.layout)] = RecordSource.from_dict(source) \
+            stash.record_sources[_source_key(plan.layout)] = RecordSource.from_dict(source) \
                 if source is not None and "folded_seqs" in source else None
         manifest_bytes = saved.json_bytes()
         # the memo holds the manifest's JSON and its parts' bytes (the next delta's base)
@@ -523,7 +523,7 @@ def warm_after_post(profiles: ProfileRegistry, meters: MeterRegistry, session_id
     if events is None:
         return False
     stash = memo.leaf_cache(session_id)
-    name = stash.get(_WARM_PROFILE)
+    name = stash.warm_profile
     if name is None:
         return False
     lock = memo.plan_lock(session_id)
@@ -621,7 +621,7 @@ def planned_pass(factory: sessionmaker[OrmSession], profiles: ProfileRegistry, m
     the GET's (select at the profile's watermarks, the same planner), not saved. Raises
     SessionNotFound."""
     stash = memo.leaf_cache(session_id)
-    forecast = stash.get("forecast")
+    forecast = stash.forecast
     if forecast is not None and not forecast.due:
         return None
     with core_read(read_factory or factory) as db:

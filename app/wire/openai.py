@@ -7,12 +7,13 @@ per-call field (request id, time) enters the body, so equal inputs give equal by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from app.domain.layout import Conversation, LeafMessage, begins_with
+from app.domain.session_memo import SessionMemo
 from app.wire.ids import mapped_id
 
 MAX_TOOL_CALL_ID = 40  # OpenAI: "string too long. Expected a string with maximum length 40"
@@ -73,7 +74,7 @@ _LEAF_JSON = ("openai", "leaf json")
 def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
                     prompt_cache_key: str | None = None,
                     chat_template_kwargs: Mapping[str, Any] | None = None,
-                    memo: MutableMapping[Any, Any] | None = None) -> tuple[dict[str, Any], bytes | None]:
+                    memo: SessionMemo | None = None) -> tuple[dict[str, Any], bytes | None]:
     """:func:`serialize`'s body and its compact JSON (``orjson.dumps(body)``, byte for byte),
     joined from each leaf message's JSON built once; None when orjson refuses a part (the
     caller then serializes the body itself).
@@ -85,7 +86,7 @@ def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
     bytes either way."""
     head = [{"role": "system", "content": conversation.system}, {"role": "user", "content": conversation.trunk}]
     leaf = conversation.leaf
-    held = memo.get(_LEAF_JSON) if memo is not None else None
+    held = memo.wire_leaf if memo is not None else None
     if held is not None and not begins_with(leaf, held[0]):
         held = None
     leaf_messages: list[dict[str, Any]] = list(held[1]) if held is not None else []
@@ -124,5 +125,5 @@ def serialize_bytes(conversation: Conversation, *, model: str, max_tokens: int,
     chunks.append(b"}")
     encoded_body = b"".join(chunks)
     if memo is not None:
-        memo[_LEAF_JSON] = (leaf, leaf_messages, encoded_body, start, end)
+        memo.wire_leaf = (leaf, leaf_messages, encoded_body, start, end)
     return body, encoded_body

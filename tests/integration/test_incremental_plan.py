@@ -18,7 +18,8 @@ import pytest
 
 from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.bench import harness
-from app.domain import assembly
+from app.domain.assembly import items as assembly
+from app.domain.session_memo import SessionMemo
 from app.services import requests as request_service
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.segments import LocalLRUCache
@@ -36,7 +37,7 @@ def test_every_get_plans_the_same_with_the_memo_as_from_nothing(trace: str, prof
 
     def twice(*args: Any, **kwargs: Any) -> Any:
         warm = real(*args, **kwargs)
-        cold = real(*args, **{**kwargs, "memo": {}, "remembered": None})
+        cold = real(*args, **{**kwargs, "memo": SessionMemo(), "remembered": None})
         assert warm.body_bytes == cold.body_bytes, f"GET {len(compared) + 1}: the bodies differ"
         assert warm.manifest.to_json() == cold.manifest.to_json(), f"GET {len(compared) + 1}: the manifests differ"
         assert warm.layout == cold.layout and warm.previous == cold.previous

@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 
 from app.api import deps
-from app.domain.assembly import _leaf_size, _size, assemble_window
+from app.domain.assembly import assemble_window
+from app.domain.assembly.search import _leaf_size, _size
 from app.domain.budget import Budget
 from app.domain.compaction.fold import Fold, pinned_group
 from app.domain.compaction.watermarks import Watermarks
 from app.domain.layout import LeafMessage, LeafToolCall
 from app.domain.notes import note_items
+from app.domain.session_memo import SessionMemo
 from app.domain.types import HypothesisEvent, ObligationEvent, StepEvent
 from tests.unit.test_window_policy import SESSION, session_events
 from tests.unit.wordmeter import WordMeter
@@ -35,7 +37,7 @@ def same(a, b) -> None:
 
 def test_a_growing_session_assembles_as_without_a_memo_and_reuses_unchanged_groups() -> None:
     meter = WordMeter()
-    cache: dict = {}
+    cache = SessionMemo()
     events = session_events([[30, 20]] * 40)
     cut = 0
     previous = None
@@ -70,7 +72,7 @@ def test_select_with_a_memo_assembles_as_without_and_keeps_notes_out_of_the_grou
                                           text=f"maybe {i}", status="working"))
             events.append(ObligationEvent(seq=len(events) + 1, event_id=f"o{i}", key="o", text=f"run tests {i}",
                                           status="open"))
-    meter, cache, cut, passes = WordMeter(), {}, 0, 0
+    meter, cache, cut, passes = WordMeter(), SessionMemo(), 0, 0
     for n in range(4, len(events) + 1, 4):
         prefix = events[:n] + [StepEvent(seq=n + 1, event_id=f"s{n}", text="go on")]
         notes = {e.seq for e in prefix if e.kind in ("hypothesis", "obligation")}
@@ -81,14 +83,14 @@ def test_select_with_a_memo_assembles_as_without_and_keeps_notes_out_of_the_grou
         same(got, fresh)
         assert got.record == fresh.record and got.record is not None
         assert not notes & {m.seq for m in got.conversation.leaf}, "notes are never leaf messages"
-        grouping = cache["turn groups"]
+        grouping = cache.turn_groups
         assert grouping.writes == [] and not notes & {s for g in grouping.groups for s in g.seqs}
         # what the grouping keeps as it grows equals what a scan of every event finds
         assert [e.seq for e in grouping.notes] == sorted(notes)
         assert grouping.note_items() == note_items(prefix) and len(grouping.note_items()) == len(notes)
         assert grouping.pinned == pinned_group(grouping.groups)
         assert grouping.conclusions == []
-        assert not cache.get("elision notes"), "the record replaces the note: no note is cached"
+        assert not cache.elision_notes, "the record replaces the note: no note is cached"
         assert "Elided history" not in got.conversation.trunk
         passes += got.cut_seq > cut
         cut = got.cut_seq
@@ -96,12 +98,12 @@ def test_select_with_a_memo_assembles_as_without_and_keeps_notes_out_of_the_grou
 
 
 def test_events_read_again_as_new_objects_do_not_pile_up_in_the_memo() -> None:
-    cache: dict = {}
+    cache = SessionMemo()
     events = session_events([[10, 10]] * 12)
     for _ in range(20):  # another snapshot of the same events, as a worker re-reading them would have
         copies = [dataclasses.replace(e) for e in events]
         same(assemble(copies, cache), assemble(events))
-    views = next(v for k, v in cache.items() if isinstance(k, tuple) and k[0] == "group views")
+    views = next(iter(cache.group_views.values()))
     assert len(views) <= 2 * 12 + 64
 
 
@@ -124,7 +126,7 @@ def test_leaf_size_from_the_last_leaf_equals_a_full_count() -> None:
 
     base = tuple(msg(i) for i in range(40))
     step = LeafMessage(role="user", content="next step")
-    memo: dict = {}
+    memo = SessionMemo()
     leaves = [base + (step,), base + (msg(40), msg(41), step), base + (msg(40), msg(41), step),
               base[:10] + (msg(10, "rewritten in place"),) + base[11:] + (step,), base[:5] + (step,), (step,), ()]
     for leaf in leaves:
@@ -135,7 +137,7 @@ def test_items_loop_resumes_only_when_the_maps_agree_on_every_earlier_key() -> N
     """The items loop resumes from the last GET's (app/domain/assembly.py ``_ItemsLoop``)
     only when invalidation's states, choices and bindings kept every entry they had and
     gained keys only past the groups it visited."""
-    from app.domain.assembly import _agree
+    from app.domain.assembly.items import _agree
 
     then = {3: "current", 7: "historical"}
     assert _agree(then, then, 7)

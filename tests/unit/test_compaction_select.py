@@ -26,6 +26,7 @@ from app.domain.compaction.record import build_record, render_record
 from app.domain.compaction.watermarks import Watermarks, cycle_turns
 from app.domain.layout import render_contract
 from app.domain.manifest import Representation
+from app.domain.session_memo import SessionMemo
 from app.domain.supersession import InvalidationOptions
 from app.domain.types import Event, MessageEvent, Session, ToolCall, ToolResultEvent
 from app.eval.metrics import pair_errors
@@ -109,7 +110,7 @@ def replay(path: Path, fold: Fold) -> Iterator[Call]:
     invalidation deferral persisted between calls as the service persists them (the
     deferral driven by select's pass forecast, the service's default signal)."""
     session, events, counts = session_of(path)
-    cut, cache = 0, {}
+    cut, cache = 0, SessionMemo()
     deferred: frozenset[int] = frozenset()
     shown = 0
     for n in counts:

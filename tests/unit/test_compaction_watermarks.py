@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from app.domain.compaction.fold import Fold
 from app.domain.compaction.record import build_record, names_of, render_record
 from app.domain.compaction.watermarks import LEAF_FLOOR, OVER_TARGET_REASONS, Watermarks
 from app.domain.planner import Policy, compaction_report
+from app.domain.session_memo import SessionMemo
 from app.domain.state import LayoutState
 from app.domain.types import MessageEvent, ToolCall, ToolResultEvent, TurnGroup
 from app.eval.metrics import Prices
@@ -98,7 +98,7 @@ def test_every_pass_ends_at_or_below_t_lo_or_names_why(name: str) -> None:
     session, events, counts = session_of(_trace(name))
     policy = Policy("unit", BUDGET, item_cap_tokens=800, fold=fold)
     cut, passes = 0, 0
-    cache: dict[Any, Any] = {}
+    cache = SessionMemo()
     over: list[str] = []
     for n in counts:
         if n == 0:

@@ -15,6 +15,7 @@ from app.domain.invalidation import (
     over_invalidation,
     resolve_read,
 )
+from app.domain.session_memo import SessionMemo
 from app.domain.supersession import plan_invalidation
 from app.domain.types import ArtifactWriteEvent, Binding, MessageEvent, ToolCall, ToolResultEvent
 
@@ -290,7 +291,7 @@ def test_the_memoized_graph_equals_a_fresh_one_at_every_step_of_real_traces() ->
     largest = sorted(TRACE_FILES, key=lambda p: p.stat().st_size)[-2:]
     for path in largest:
         _, events = trace_session(path)
-        cache: dict = {}
+        cache = SessionMemo()
         writes = sum(isinstance(e, ArtifactWriteEvent) for e in events)
         assert writes, f"{path.name}: the trace has writes, so revisions move"
         step = max(1, len(events) // 60)
@@ -311,7 +312,7 @@ def test_the_memoized_graph_extends_without_reading_old_events_again() -> None:
     from app.domain.assembly import cached_graph
 
     events = [*config_events(), write(8, "config.yaml", 2), read(10, "config.yaml", "timeout: 90\n", revision=2)]
-    cache: dict = {}
+    cache = SessionMemo()
     cached_graph(events[:3], cache)
     with mock.patch.object(invalidation, "bindings_of", wraps=invalidation.bindings_of) as spy:
         got = cached_graph(events, cache)
@@ -336,7 +337,7 @@ def test_the_memoized_states_equal_fresh_ones_at_every_step_of_real_traces() -> 
     for path in largest:
         _, events = trace_session(path)
         for step in (1, max(2, len(events) // 40)):
-            cache: dict = {}
+            cache = SessionMemo()
             before: dict = {}
             kept = 0
             for n in [*range(1, len(events), step), len(events)]:

@@ -90,10 +90,10 @@ def test_byte_bound_drops_least_recently_used_sessions(factory) -> None:
     memo = AssemblyMemo(max_bytes=bound)
     for sid in sids:
         memo_events(memo, factory, sid, last_seq(factory, sid))
-        memo.leaf_cache(sid)["k"] = "v"
+        memo.leaf_cache(sid).warm_profile = "v"
     assert memo.bytes <= bound and len(memo) == 1, "only the most recent session fits"
-    assert memo.leaf_cache(sids[-1]) == {"k": "v"}
-    assert memo.leaf_cache(sids[0]) == {}, "an evicted session starts empty"
+    assert memo.leaf_cache(sids[-1]).warm_profile == "v"
+    assert memo.leaf_cache(sids[0]).warm_profile is None, "an evicted session starts empty"
 
 
 def test_session_bound_and_remembered_requests(factory) -> None:

@@ -12,6 +12,7 @@ from app.domain.assembly import assemble_window
 from app.domain.budget import Budget
 from app.domain.layout import Conversation
 from app.domain.ports import Measurement
+from app.domain.session_memo import SessionMemo
 from app.domain.types import MessageEvent, StepEvent
 from tests.unit.test_window_policy import SESSION, session_events
 from tests.unit.wordmeter import FRAME, WordMeter
@@ -62,7 +63,7 @@ def _assemble(events, meter, cache=None):  # type: ignore[no-untyped-def]
 
 
 def test_message_items_carry_the_meters_counts_and_a_memo_changes_nothing() -> None:
-    meter, cache = PositionalMeter(), {}
+    meter, cache = PositionalMeter(), SessionMemo()
     events = _events(12)
     previous = None
     for n in range(2, len(events) + 1):
@@ -91,6 +92,6 @@ def test_message_items_carry_the_meters_counts_and_a_memo_changes_nothing() -> N
 
 
 def test_a_meter_without_per_message_counts_leaves_messages_without_tokens() -> None:
-    got = _assemble([*_events(3), StepEvent(seq=99, event_id="s", text="go on")], WordMeter(), {})
+    got = _assemble([*_events(3), StepEvent(seq=99, event_id="s", text="go on")], WordMeter(), SessionMemo())
     assert got.measurement.leaf_tokens is None
     assert [i for i in got.items if i.kind == "message" and i.tokens is not None] == []

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall
+from app.domain.session_memo import SessionMemo
 from app.wire.openai import serialize_bytes
 
 KW: dict[str, Any] = {"model": "Qwen/Qwen3-8B", "max_tokens": 1000, "prompt_cache_key": "ctxd-k"}
@@ -46,7 +47,7 @@ def test_bodies_with_the_memo_equal_bodies_without_it_whatever_the_sequence() ->
         (m["u"], m["a"], m["t2"], m["b"], m["bad"]),  # refused: no bytes
         (m["u"], m["a"], m["t2"], m["b"], m["t"]),
     ]
-    memo: dict[Any, Any] = {}
+    memo = SessionMemo()
     for i, leaf in enumerate(leaves):
         trunk = f"contract {i % 3}"  # the trunk changes too: only the leaf's JSON is reused
         body, encoded = serialize_bytes(_conversation(leaf, trunk), **KW, memo=memo)
@@ -63,7 +64,7 @@ def test_an_extending_body_takes_the_previous_leaf_whole() -> None:
     """The previous leaf's messages are not converted again: their dicts are the ones the
     previous body held even when the messages' own memos were dropped."""
     m = _messages()
-    memo: dict[Any, Any] = {}
+    memo = SessionMemo()
     first, _ = serialize_bytes(_conversation((m["u"], m["a"])), **KW, memo=memo)
     m["u"].memo.clear()
     m["a"].memo.clear()
@@ -84,7 +85,7 @@ def test_layout_digests_with_the_memo_equal_digests_without_it() -> None:
     fresh = _messages()
     leaves = [(m["u"], m["a"]), (m["u"], m["a"], m["t"]), (m["u"], m["a"], m["t2"], m["b"]), (m["u"],), (),
               (fresh["u"], fresh["a"], fresh["t2"], fresh["b"], fresh["bad"])]
-    memo: dict[Any, Any] = {}
+    memo = SessionMemo()
     for i, leaf in enumerate(leaves):
         conversation = _conversation(leaf, trunk=f"contract {i // 2}")
         by_zone = {"root": 10 + i, "trunk": 20}
@@ -113,6 +114,6 @@ def test_cut_item_figures_with_the_memo_equal_figures_without_it() -> None:
     windows = [(a,), (a, b), (a, b, c_unknown), (a, b, c_unknown, d), (a, b, c_known, d), (a, b), (),
                (item(1), item(2, cut=40, rep=Representation.HEAD_TAIL), item(3, cut=25, rep=Representation.HEAD_TAIL))]
     expected = [(0, True), (40, True), (40, False), (40, False), (65, True), (40, True), (0, True), (65, True)]
-    memo: dict[Any, Any] = {}
+    memo = SessionMemo()
     for window, want in zip(windows, expected):
         assert _cut_items(window, memo) == _cut_items(window, None) == want, window

@@ -10,6 +10,7 @@ from app.domain.assembly import NOTE_MAX_GROUPS, assemble_window, bound_group, b
 from app.domain.budget import Budget
 from app.domain.errors import NewestGroupOverBudget, PinnedOverBudget
 from app.domain.framing import unframe
+from app.domain.session_memo import SessionMemo
 from app.domain.types import Constraint, Contract, MessageEvent, Session, StepEvent, ToolCall, ToolResultEvent
 from tests.unit.wordmeter import WordMeter
 
@@ -207,7 +208,7 @@ def test_leaf_cache_across_calls_gives_the_same_assembly() -> None:
     one (pending calls resolving, eviction, a late parallel result)."""
     events = session_events([[30, 20], [25], [40, 10, 5], [30], [35], [20, 20]])
     budget = Budget(window=420, output_reserve=50, headroom=10, low_watermark=260)
-    cache: dict = {}
+    cache = SessionMemo()
     cut_with = cut_without = 0
     for n in range(1, len(events) + 1):
         prefix = events[:n]
@@ -224,7 +225,7 @@ def test_leaf_cache_across_calls_gives_the_same_assembly() -> None:
 def test_leaf_cache_distinguishes_the_item_cap_and_the_meter() -> None:
     events = session_events([[80]])
     budget = Budget(window=10_000, output_reserve=100, headroom=0)
-    cache: dict = {}
+    cache = SessionMemo()
     small = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=20, leaf_cache=cache)
     large = assemble_window(SESSION, events, budget=budget, meter=WordMeter(), item_cap_tokens=1000, leaf_cache=cache)
     assert small.measurement.total < large.measurement.total

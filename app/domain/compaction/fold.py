@@ -25,7 +25,7 @@ Standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +34,7 @@ from app.domain.compaction.forecast import DUE_CALLS
 from app.domain.compaction.record import ProgressRecord, build_record, render_record
 from app.domain.compaction.watermarks import Watermarks
 from app.domain.compaction.written import RecordSource, render_written_record
+from app.domain.session_memo import SessionMemo
 from app.domain.types import Contract, Event, TurnGroup
 
 __all__ = ["Fold", "ProtectedCheck", "check_pass", "choose_record", "fold_bounds", "fold_record", "pinned_group",
@@ -134,19 +135,19 @@ def pinned_group(groups: Sequence[TurnGroup]) -> int | None:
 
 def fold_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], k: int, *,
                 watermarks: Watermarks, count: Callable[[str], int],
-                memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None) -> tuple[ProgressRecord, str]:
+                memo: SessionMemo | None = None, pinned: int | None = None) -> tuple[ProgressRecord, str]:
     """The progress record with the groups before index ``k`` folded, and the trunk text
     (contract + record). Memoized in ``memo`` by fold point and budget (a function of the
     events before the fold point, which no later event changes). ``pinned``: the index of a
     group kept in the leaf whatever ``k`` (the newest user message), never folded."""
     fold_seq = groups[k].first_seq if k < len(groups) else (max((e.seq for e in events), default=0) + 1)
     pin = groups[pinned].first_seq if pinned is not None and pinned < k else None
-    key = ("progress_record", fold_seq, watermarks.record_tokens, watermarks.user_text_tokens, contract, pin)
-    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
-    hit = cache.get(key)
+    key = (fold_seq, watermarks.record_tokens, watermarks.user_text_tokens, contract, pin)
+    cache = memo if memo is not None else SessionMemo()
+    hit = cache.progress_records.get(key)
     if hit is None:
         record = build_record(contract, events, groups, fold_seq=fold_seq if k > 0 else 0,
                               budget_tokens=watermarks.record_tokens, count=count, memo=memo, pinned=pin,
                               user_text_tokens=watermarks.user_text_tokens)
-        hit = cache[key] = (record, render_record(record))
+        hit = cache.progress_records[key] = (record, render_record(record))
     return hit

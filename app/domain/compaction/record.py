@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -42,6 +42,7 @@ from app.domain.compaction.user_text import SECTION_TOKENS, UserSection, protect
 from app.domain.layout import render_contract
 from app.domain.notes import bounded_note, current_notes
 from app.domain.scratchpad import current_documents, latest_plan
+from app.domain.session_memo import SessionMemo
 from app.domain.types import (
     ArtifactWriteEvent,
     ChildConclusionEvent,
@@ -432,7 +433,7 @@ def fit_plan(text: str, handle: str, limit_tokens: int, count: Callable[[str], i
 
 def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], *, fold_seq: int,
                  budget_tokens: int, count: Callable[[str], int],
-                 memo: MutableMapping[Any, Any] | None = None, pinned: int | None = None,
+                 memo: SessionMemo | None = None, pinned: int | None = None,
                  user_text_tokens: int = SECTION_TOKENS) -> ProgressRecord:
     """The progress record of the events before ``fold_seq`` (module docstring).
 
@@ -464,13 +465,13 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
     folded_docs = tuple(documents.replaced)
     step = next((e for e in reversed(earlier) if isinstance(e, StepEvent)), None)
     hypotheses, obligations = _notes(earlier)
-    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
+    cache = memo if memo is not None else SessionMemo()
     entries = []
     for g in folded_groups:
-        key = ("record_entry", g.message.seq, g.message.handle, tuple((r.seq, r.handle) for r in g.results))
-        entry = cache.get(key)
+        key = (g.message.seq, g.message.handle, tuple((r.seq, r.handle) for r in g.results))
+        entry = cache.record_entries.get(key)
         if entry is None:
-            entry = cache[key] = _group_entry(g)
+            entry = cache.record_entries[key] = _group_entry(g)
         entries.append(entry)
     base = ProgressRecord(
         contract_version=contract.contract_version, goal=contract.goal, constraints=contract.constraints,

@@ -30,11 +30,12 @@ Standard library only; pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from app.domain.compaction.lineage import SHORT_HANDLE
+from app.domain.session_memo import SessionMemo
 from app.domain.types import MessageEvent
 
 __all__ = ["LEAD_TOKENS", "MESSAGE_TOKENS", "SECTION_TOKENS", "UserEntry", "UserSection", "is_instruction",
@@ -280,20 +281,20 @@ def render_user_section(section: UserSection) -> list[str]:
 
 def protect_user_text(messages: Sequence[MessageEvent], *, count: Callable[[str], int],
                       budget_tokens: int = SECTION_TOKENS, message_tokens: int = MESSAGE_TOKENS,
-                      memo: MutableMapping[Any, Any] | None = None) -> UserSection:
+                      memo: SessionMemo | None = None) -> UserSection:
     """The section of the folded user ``messages`` (seq order) within ``budget_tokens``
     (module docstring). ``count``: tokens of a text on the profile's tokenizer; ``memo``: an
     optional mapping kept across passes (the session's leaf cache) holding each message's
     sentences and flags. Deterministic."""
     if not messages:
         return UserSection(budget=budget_tokens)
-    cache: MutableMapping[Any, Any] = memo if memo is not None else {}
+    cache = memo if memo is not None else SessionMemo()
     parsed = []
     for m in messages:
-        key = ("user_text", m.seq, m.handle, message_tokens)
-        hit = cache.get(key)
+        key = (m.seq, m.handle, message_tokens)
+        hit = cache.user_texts.get(key)
         if hit is None:
-            hit = cache[key] = _parse(m, count, message_tokens)
+            hit = cache.user_texts[key] = _parse(m, count, message_tokens)
         parsed.append(hit)
 
     def render(levels: Sequence[int]) -> tuple[tuple[UserEntry, ...], int]:
