@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the artefacts' own modules import this one
     from app.domain.assembly.common import BoundedResult
     from app.domain.assembly.grouping import _Grouping
-    from app.domain.assembly.items import _ItemsLoop
-    from app.domain.assembly.views import _GroupView, _LastViews
+    from app.domain.assembly.views import ViewParams, _GroupView, _ItemsLoop, _LastViews
     from app.domain.compaction.forecast import PassForecast
     from app.domain.compaction.record import FoldedEntry, ProgressRecord
     from app.domain.compaction.user_text import _Parsed
@@ -38,11 +37,6 @@ if TYPE_CHECKING:  # the artefacts' own modules import this one
     from app.domain.manifest import EventRange, Item
     from app.domain.supersession import Choice
     from app.domain.types import Binding, Event, TurnGroup
-
-#: (meter, per-item cap, reasoning shown, per-message cap): what a group's view depends on
-#: beside its events
-ViewParams = tuple[Any, int, bool, int]
-
 
 @dataclass(eq=False)
 class SessionMemo:

@@ -28,10 +28,9 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from app.domain.invalidation import HISTORICAL, POSSIBLY_STALE, Change, DependencyGraph, ItemState, ObservationNode
-from app.domain.session_memo import SessionMemo
 
 __all__ = ["MODES", "Choice", "InvalidationOptions", "InvalidationPlan", "Notice", "notice_text", "plan_invalidation",
            "tombstone_text"]
@@ -146,10 +145,17 @@ def _stale_notice(node: ObservationNode, state: ItemState) -> str:
             "possibly stale. Fetch it again before relying on it.]")
 
 
+class InvalidationMemo(Protocol):
+    """The session memo's fields this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    invalidation_choices: dict[int, Choice]
+    invalidation_judgements: dict[int, tuple[Any, ...]]
+
+
 def plan_invalidation(graph: DependencyGraph, *, mode: str = "auto", pass_due: bool = False,
                       trunk_rewrite: bool = False, deferred: frozenset[int] = frozenset(),
                       shown_upto: int = 0, states: Mapping[int, ItemState] | None = None,
-                      memo: SessionMemo | None = None) -> InvalidationPlan:
+                      memo: InvalidationMemo | None = None) -> InvalidationPlan:
     """Choose, for every historical or possibly stale observation of ``graph``, how the
     request shows it (module docstring).
 

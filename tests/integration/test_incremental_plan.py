@@ -18,7 +18,7 @@ import pytest
 
 from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.bench import harness
-from app.domain.assembly import items as assembly
+from app.domain.assembly import views as assembly
 from app.domain.session_memo import SessionMemo
 from app.services import requests as request_service
 from app.tokenizers.loading import MeterRegistry

@@ -137,7 +137,7 @@ def test_items_loop_resumes_only_when_the_maps_agree_on_every_earlier_key() -> N
     """The items loop resumes from the last GET's (app/domain/assembly.py ``_ItemsLoop``)
     only when invalidation's states, choices and bindings kept every entry they had and
     gained keys only past the groups it visited."""
-    from app.domain.assembly.items import _agree
+    from app.domain.assembly.views import _agree
 
     then = {3: "current", 7: "historical"}
     assert _agree(then, then, 7)

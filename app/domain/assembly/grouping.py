@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol
 
 from app.domain.assembly.common import _SEQ
 from app.domain.invalidation import DependencyGraph, GraphBuilder, ItemState
 from app.domain.notes import note_items
 from app.domain.scratchpad import leaf_message
-from app.domain.session_memo import SessionMemo
 from app.domain.types import (
     ArtifactWriteEvent,
     Binding,
@@ -30,6 +29,16 @@ from app.domain.types import (
 )
 
 
+class GroupingMemo(Protocol):
+    """The session memo's fields this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    turn_groups: _Grouping | None
+    invalidation_graph: tuple[GraphBuilder, DependencyGraph] | None
+    observation_states: tuple[DependencyGraph, dict[int, ItemState], dict[int, tuple[Binding, ...]],
+                              list[Event]] | None
+
+
+
 def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEvent | None, list[ArtifactWriteEvent]]:
     """Group events into turn groups in seq order.
 
@@ -43,7 +52,7 @@ def build_turn_groups(events: Sequence[Event]) -> tuple[list[TurnGroup], StepEve
     return list(grouping.groups), grouping.step, list(grouping.writes)
 
 
-def cached_turn_groups(events: Sequence[Event], cache: SessionMemo) -> list[TurnGroup]:
+def cached_turn_groups(events: Sequence[Event], cache: GroupingMemo) -> list[TurnGroup]:
     """:func:`build_turn_groups`' groups, through the grouping kept in ``cache`` (a session's
     leaf cache: the one :func:`assemble_window` extends from GET to GET)."""
     return list(_Grouping.of(events, cache).groups)
@@ -146,7 +155,7 @@ class _Grouping:
         return self.note_entries
 
     @classmethod
-    def of(cls, events: Sequence[Event], cache: SessionMemo) -> _Grouping:
+    def of(cls, events: Sequence[Event], cache: GroupingMemo) -> _Grouping:
         """The grouping of ``events``: the one kept in ``cache`` when it has seen exactly
         ``events``; that one extended when ``events`` starts with exactly the events it has
         seen (the same objects, or equal ones) and goes on in increasing seq order; else
@@ -168,7 +177,7 @@ class _Grouping:
         return fresh
 
 
-def cached_graph(events: Sequence[Event], cache: SessionMemo) -> DependencyGraph:
+def cached_graph(events: Sequence[Event], cache: GroupingMemo) -> DependencyGraph:
     """:func:`app.domain.invalidation.build_graph` of ``events``, kept in ``cache`` (the
     session's memo, an explicit value) as the builder that has seen them and the graph it
     gave: the same graph when ``events`` are exactly the events seen; a copy of the builder
@@ -196,7 +205,7 @@ def cached_graph(events: Sequence[Event], cache: SessionMemo) -> DependencyGraph
     return graph
 
 
-def cached_states(graph: DependencyGraph, cache: SessionMemo
+def cached_states(graph: DependencyGraph, cache: GroupingMemo
                   ) -> tuple[dict[int, ItemState], dict[int, tuple[Binding, ...]]]:
     """``graph.observation_states()`` and each observation's bindings (by seq), for
     ``graph`` as :func:`cached_graph` gave it from ``cache``: kept there with the graph

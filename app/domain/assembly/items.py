@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from app.domain.assembly.bounding import FittedGroup
 from app.domain.assembly.common import _SEQ, BoundedResult, _shared_prefix
@@ -25,7 +25,6 @@ from app.domain.manifest import (
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.redaction import redaction_transform
 from app.domain.scratchpad import Documents
-from app.domain.session_memo import SessionMemo
 from app.domain.supersession import InvalidationPlan
 from app.domain.text import neutralise_transform
 from app.domain.types import (
@@ -38,8 +37,14 @@ from app.domain.types import (
     TurnGroup,
 )
 
-if TYPE_CHECKING:
-    from app.domain.assembly.views import _GroupView
+
+class ItemsMemo(Protocol):
+    """The session memo's field this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    message_tokens: tuple[tuple[LeafMessage, ...], tuple[int | None, ...], list[Item], list[Item], dict[int | None, int],
+                          dict[tuple[int, int], tuple[Item, Item]]] | None
+
+
 
 
 def _side_items(documents: Documents, side_events: Sequence[Event], conversation: Conversation, *, boundary: int,
@@ -213,77 +218,13 @@ def _with_invalidation(item: Item, plan: InvalidationPlan, meter: TokenMeter | N
     return out
 
 
-@dataclass(frozen=True)
-class _ItemsLoop:
-    """Where :func:`assemble_window`'s items loop stood before its newest groups at the
-    last GET (its memo ``"items loop"``): the groups it had visited (``older`` up to
-    ``upto``), their views and known counts, the invalidation states, choices and bindings
-    it saw, and what it had built of items, elided items, the summary and the revisions
-    presented."""
-
-    key: tuple[Any, ...]
-    upto: int
-    groups: tuple[TurnGroup, ...]
-    views: tuple[_GroupView, ...]
-    counts: tuple[tuple[int | None, ...], ...]
-    last_seq: int  # the last seq of any event of those groups
-    states: Mapping[int, Any]
-    choices: Mapping[int, Any]
-    bindings: Mapping[int, Any]
-    items: tuple[Item, ...]
-    elided: tuple[Item, ...]
-    summary: Mapping[str, int]
-    presented: frozenset[str]
-
-    @classmethod
-    def taken(cls, key: tuple[Any, ...], upto: int, groups: Sequence[TurnGroup], views: Sequence[_GroupView],
-              counts: Sequence[tuple[int | None, ...]], older: int, states: Mapping[int, Any],
-              choices: Mapping[int, Any], bindings: Mapping[int, Any], items: Sequence[Item],
-              elided: Sequence[Item], summary: Mapping[str, int], presented: set[str],
-              before: _ItemsLoop | None = None) -> _ItemsLoop:
-        """The loop's state before index ``upto``; ``before``: the snapshot this loop
-        resumed from (its groups are a prefix of these)."""
-        return cls(key, upto, tuple(groups[older:upto]), tuple(views[older:upto]), tuple(counts[older:upto]),
-                   _last_seq(groups, older, upto, before), states, choices, bindings,
-                   tuple(items), tuple(elided), dict(summary), frozenset(presented))
-
-    def matches(self, groups: Sequence[TurnGroup], views: Sequence[_GroupView],
-                counts: Sequence[tuple[int | None, ...]], older: int, states: Mapping[int, Any],
-                choices: Mapping[int, Any], bindings: Mapping[int, Any]) -> bool:
-        """Whether the groups it visited are the same now, and all they depend on too."""
-        upto = self.upto
-        return (tuple(groups[older:upto]) == self.groups and tuple(views[older:upto]) == self.views
-                and tuple(counts[older:upto]) == self.counts
-                and _agree(states, self.states, self.last_seq) and _agree(choices, self.choices, self.last_seq)
-                and _agree(bindings, self.bindings, self.last_seq))
-
-
-def _last_seq(groups: Sequence[TurnGroup], older: int, upto: int, before: _ItemsLoop | None) -> int:
-    """The last seq of any event of ``groups[older:upto]`` (a group's results are in its
-    calls' order, not in seq order); from ``before``'s for the groups it covered."""
-    start, last = (before.upto, before.last_seq) if before is not None else (older, 0)
-    for g in groups[start:upto]:
-        last = max(last, g.message.seq, *(r.seq for r in g.results))
-    return last
-
-
-def _agree(now: Mapping[int, Any], then: Mapping[int, Any], last_seq: int) -> bool:
-    """``now`` has every entry ``then`` had, equal, and no new key up to ``last_seq``
-    (C-level set and dict-view operations: no Python loop over the entries)."""
-    if now is then:
-        return True
-    if not then.items() <= now.items():
-        return False
-    return len(now) == len(then) or all(seq > last_seq for seq in now.keys() - then.keys())
-
-
 #: key of the session leaf cache's entry of :func:`_with_message_tokens`: the last GET's leaf,
 #: counts, items in and out, its {seq: tokens} and {(seq, tokens): (item, item with tokens)}
 _MESSAGE_TOKENS = ("assembly", "message tokens")
 
 
 def _with_message_tokens(items: list[Item], conversation: Conversation, measurement: Measurement,
-                         memo: SessionMemo) -> list[Item]:
+                         memo: ItemsMemo) -> list[Item]:
     """``items`` with each user or assistant message in the leaf given ``tokens``: what it
     adds to the rendered request, its chat framing included, exactly as the meter measured
     it (``Measurement.leaf_tokens``, read off the request's one encoding: nothing is

@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from app.domain.assembly.common import NOTES_KEPT, SHORT_HANDLE, BoundedResult
 from app.domain.framing import frame
@@ -32,7 +32,6 @@ from app.domain.manifest import (
 from app.domain.notes import bounded_note
 from app.domain.ports import Measurement, TokenMeter
 from app.domain.scratchpad import document_text
-from app.domain.session_memo import SessionMemo
 from app.domain.supersession import InvalidationPlan
 from app.domain.text import neutralise_control_text
 from app.domain.types import (
@@ -43,6 +42,14 @@ from app.domain.types import (
     ToolResultEvent,
     TurnGroup,
 )
+
+
+class LeafMemo(Protocol):
+    """The session memo's fields this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    canonical_tools: tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]] | None
+    elision_notes: list[tuple[tuple[TurnGroup, ...], str, dict[str, bytes]]]
+
 
 
 def observation_text(result: ToolResultEvent, body: str) -> str:
@@ -263,7 +270,7 @@ def _leaf_messages(group: TurnGroup, bounded: Mapping[str, BoundedResult], rende
     return out
 
 
-def _canonical_tools(tools: tuple[dict[str, Any], ...], cache: SessionMemo | None
+def _canonical_tools(tools: tuple[dict[str, Any], ...], cache: LeafMemo | None
                      ) -> tuple[dict[str, Any], ...]:
     """:func:`~app.domain.layout.canonical_tools` of the session's declarations, kept in
     ``cache`` while they are equal (the same tuple from GET to GET: the root's prefix
@@ -283,7 +290,7 @@ _TOOLS = "canonical tools"
 
 def _conversation(session: Session, leaf_groups: Sequence[tuple[LeafMessage, ...]], dropped: Sequence[TurnGroup],
                   step: StepEvent | None, sizes: Sizes, control: Sequence[str] = (),
-                  cache: SessionMemo | None = None, *,
+                  cache: LeafMemo | None = None, *,
                   record_trunk: tuple[str, Mapping[str, bytes]] | None = None,
                   documents: Sequence[DocumentEvent] = ()) -> tuple[Conversation, dict[str, bytes]]:
     """The conversation with ``dropped`` elided, and the index payloads its note names.

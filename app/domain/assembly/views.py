@@ -8,11 +8,11 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
 
 from app.domain.assembly.bounding import bound_tool_output, bound_user_message
 from app.domain.assembly.common import _HANDLE, _SEQ, BoundedResult, _extends, _shared_prefix
-from app.domain.assembly.grouping import _Grouping, cached_graph, cached_states
+from app.domain.assembly.grouping import GroupingMemo, _Grouping, cached_graph, cached_states
 from app.domain.assembly.items import _group_items
 from app.domain.assembly.leaf import _leaf_messages, group_call_warnings
 from app.domain.budget import Budget
@@ -25,7 +25,6 @@ from app.domain.manifest import (
     Item,
 )
 from app.domain.ports import TokenMeter
-from app.domain.session_memo import SessionMemo
 from app.domain.supersession import InvalidationPlan
 from app.domain.types import (
     Binding,
@@ -33,6 +32,21 @@ from app.domain.types import (
     ToolResultEvent,
     TurnGroup,
 )
+
+#: (meter, per-item cap, reasoning shown, per-message cap): what a group's view depends on
+#: beside its events
+ViewParams = tuple[Any, int, bool, int]
+
+
+class ViewsMemo(GroupingMemo, Protocol):
+    """The session memo's fields this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    group_views: dict[ViewParams, dict[tuple[Any, ...], _GroupView]]
+    last_views: dict[ViewParams, _LastViews]
+    bounded_outputs: dict[tuple[Any, ...], BoundedResult]
+    bounded_results: tuple[tuple[_GroupView, ...], tuple[tuple[int | None, ...], ...], dict[str, BoundedResult],
+                           dict[str, tuple[int, int]]] | None
+
 
 
 class _GroupView:
@@ -77,7 +91,71 @@ class _GroupView:
         return self._warnings[1]
 
 
-def _group_views(groups: Sequence[TurnGroup], cache: SessionMemo, meter: TokenMeter,
+@dataclass(frozen=True)
+class _ItemsLoop:
+    """Where :func:`assemble_window`'s items loop stood before its newest groups at the
+    last GET (its memo ``"items loop"``): the groups it had visited (``older`` up to
+    ``upto``), their views and known counts, the invalidation states, choices and bindings
+    it saw, and what it had built of items, elided items, the summary and the revisions
+    presented."""
+
+    key: tuple[Any, ...]
+    upto: int
+    groups: tuple[TurnGroup, ...]
+    views: tuple[_GroupView, ...]
+    counts: tuple[tuple[int | None, ...], ...]
+    last_seq: int  # the last seq of any event of those groups
+    states: Mapping[int, Any]
+    choices: Mapping[int, Any]
+    bindings: Mapping[int, Any]
+    items: tuple[Item, ...]
+    elided: tuple[Item, ...]
+    summary: Mapping[str, int]
+    presented: frozenset[str]
+
+    @classmethod
+    def taken(cls, key: tuple[Any, ...], upto: int, groups: Sequence[TurnGroup], views: Sequence[_GroupView],
+              counts: Sequence[tuple[int | None, ...]], older: int, states: Mapping[int, Any],
+              choices: Mapping[int, Any], bindings: Mapping[int, Any], items: Sequence[Item],
+              elided: Sequence[Item], summary: Mapping[str, int], presented: set[str],
+              before: _ItemsLoop | None = None) -> _ItemsLoop:
+        """The loop's state before index ``upto``; ``before``: the snapshot this loop
+        resumed from (its groups are a prefix of these)."""
+        return cls(key, upto, tuple(groups[older:upto]), tuple(views[older:upto]), tuple(counts[older:upto]),
+                   _last_seq(groups, older, upto, before), states, choices, bindings,
+                   tuple(items), tuple(elided), dict(summary), frozenset(presented))
+
+    def matches(self, groups: Sequence[TurnGroup], views: Sequence[_GroupView],
+                counts: Sequence[tuple[int | None, ...]], older: int, states: Mapping[int, Any],
+                choices: Mapping[int, Any], bindings: Mapping[int, Any]) -> bool:
+        """Whether the groups it visited are the same now, and all they depend on too."""
+        upto = self.upto
+        return (tuple(groups[older:upto]) == self.groups and tuple(views[older:upto]) == self.views
+                and tuple(counts[older:upto]) == self.counts
+                and _agree(states, self.states, self.last_seq) and _agree(choices, self.choices, self.last_seq)
+                and _agree(bindings, self.bindings, self.last_seq))
+
+
+def _last_seq(groups: Sequence[TurnGroup], older: int, upto: int, before: _ItemsLoop | None) -> int:
+    """The last seq of any event of ``groups[older:upto]`` (a group's results are in its
+    calls' order, not in seq order); from ``before``'s for the groups it covered."""
+    start, last = (before.upto, before.last_seq) if before is not None else (older, 0)
+    for g in groups[start:upto]:
+        last = max(last, g.message.seq, *(r.seq for r in g.results))
+    return last
+
+
+def _agree(now: Mapping[int, Any], then: Mapping[int, Any], last_seq: int) -> bool:
+    """``now`` has every entry ``then`` had, equal, and no new key up to ``last_seq``
+    (C-level set and dict-view operations: no Python loop over the entries)."""
+    if now is then:
+        return True
+    if not then.items() <= now.items():
+        return False
+    return len(now) == len(then) or all(seq > last_seq for seq in now.keys() - then.keys())
+
+
+def _group_views(groups: Sequence[TurnGroup], cache: ViewsMemo, meter: TokenMeter,
                  item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int],
                  bindings: Mapping[int, tuple[Binding, ...]],
                  message_cap_tokens: int, *, handoff: bool = True
@@ -189,7 +267,7 @@ def _touched_groups(plan: InvalidationPlan, firsts: Sequence[int],
 
 
 def warm_window(events: Sequence[Event], *, budget: Budget, meter: TokenMeter, item_cap_tokens: int,
-                render_reasoning: bool = False, leaf_cache: SessionMemo,
+                render_reasoning: bool = False, leaf_cache: ViewsMemo,
                 payload_tokens: Mapping[str, int] | None = None) -> None:
     """The first steps of :func:`assemble_window` for ``events``, taken ahead of the GET
     that will assemble them (after a POST): the grouping, the dependency graph and its
@@ -222,7 +300,7 @@ class _Front:
 
 
 def _bounded_results(views: Sequence[_GroupView], counts: Sequence[tuple[int | None, ...]],
-                     cache: SessionMemo) -> tuple[dict[str, BoundedResult], dict[str, tuple[int, int]]]:
+                     cache: ViewsMemo) -> tuple[dict[str, BoundedResult], dict[str, tuple[int, int]]]:
     """Every group's bounded tool results by handle (built by :func:`_group_views`) and each
     one's payload (bytes, lines), for the views and known counts of this GET. Memoized in
     ``cache`` (``"bounded results"``): when the last GET's views and counts are a prefix of
@@ -247,7 +325,7 @@ def _bounded_results(views: Sequence[_GroupView], counts: Sequence[tuple[int | N
 _BOUNDED = "bounded results"
 
 
-def _front(events: Sequence[Event], cache: SessionMemo, *, budget: Budget, meter: TokenMeter,
+def _front(events: Sequence[Event], cache: ViewsMemo, *, budget: Budget, meter: TokenMeter,
            item_cap_tokens: int, render_reasoning: bool, known: Mapping[str, int], handoff: bool = True) -> _Front:
     """The grouping, the dependency graph with its observations' states and bindings, and
     each turn group's view, from ``cache`` (the session's leaf cache) or built there; the

@@ -17,7 +17,6 @@ from app.domain.assembly.items import (
     EVICTED,
     KEPT,
     _group_items,
-    _ItemsLoop,
     _side_items,
     _tool_text,
     _with_invalidation,
@@ -34,7 +33,7 @@ from app.domain.assembly.leaf import (
     plan_roles,
 )
 from app.domain.assembly.search import _growth, pass_over_target, pass_without_progress
-from app.domain.assembly.views import _bounded_results, _Front, _front, _touched_groups
+from app.domain.assembly.views import _bounded_results, _Front, _front, _ItemsLoop, _touched_groups
 from app.domain.budget import Budget, check_pinned
 from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record
 from app.domain.compaction.forecast import PassForecast, forecast_pass

@@ -34,15 +34,20 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from app.domain.compaction.evidence import Claim, claims_of
 from app.domain.compaction.lineage import SHORT_HANDLE, cut_line, split_lines
-from app.domain.compaction.user_text import SECTION_TOKENS, UserSection, protect_user_text, render_user_section
+from app.domain.compaction.user_text import (
+    SECTION_TOKENS,
+    UserSection,
+    UserTextMemo,
+    protect_user_text,
+    render_user_section,
+)
 from app.domain.layout import render_contract
 from app.domain.notes import bounded_note, current_notes
 from app.domain.scratchpad import current_documents, latest_plan
-from app.domain.session_memo import SessionMemo
 from app.domain.types import (
     ArtifactWriteEvent,
     ChildConclusionEvent,
@@ -431,9 +436,15 @@ def fit_plan(text: str, handle: str, limit_tokens: int, count: Callable[[str], i
     return "\n".join([*lines[:head], marker(len(cut), len("\n".join(cut).encode())), *rest[len(rest) - tail:]])
 
 
+class RecordMemo(UserTextMemo, Protocol):
+    """The session memo's fields this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    record_entries: dict[tuple[Any, ...], FoldedEntry]
+
+
 def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[TurnGroup], *, fold_seq: int,
                  budget_tokens: int, count: Callable[[str], int],
-                 memo: SessionMemo | None = None, pinned: int | None = None,
+                 memo: RecordMemo | None = None, pinned: int | None = None,
                  user_text_tokens: int = SECTION_TOKENS) -> ProgressRecord:
     """The progress record of the events before ``fold_seq`` (module docstring).
 
@@ -465,13 +476,13 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
     folded_docs = tuple(documents.replaced)
     step = next((e for e in reversed(earlier) if isinstance(e, StepEvent)), None)
     hypotheses, obligations = _notes(earlier)
-    cache = memo if memo is not None else SessionMemo()
+    record_entries = memo.record_entries if memo is not None else {}
     entries = []
     for g in folded_groups:
         key = (g.message.seq, g.message.handle, tuple((r.seq, r.handle) for r in g.results))
-        entry = cache.record_entries.get(key)
+        entry = record_entries.get(key)
         if entry is None:
-            entry = cache.record_entries[key] = _group_entry(g)
+            entry = record_entries[key] = _group_entry(g)
         entries.append(entry)
     base = ProgressRecord(
         contract_version=contract.contract_version, goal=contract.goal, constraints=contract.constraints,
@@ -479,7 +490,7 @@ def build_record(contract: Contract, events: Sequence[Event], groups: Sequence[T
         next_step=(step.seq, bounded_note(step.text, step.seq, "step")) if step is not None else None,
         budget=budget_tokens,
         user_text=protect_user_text([g.message for g in folded_groups if g.message.role == "user"], count=count,
-                                    budget_tokens=user_text_tokens, memo=cache),
+                                    budget_tokens=user_text_tokens, memo=memo),
         plan=(plan.seq, plan.version, fit_plan(plan.text, plan.handle, budget_tokens // PLAN_SHARE, count))
         if plan is not None else None,
         conclusions=tuple((e.seq, e.child, e.handle, _one_line(e.text, COMMAND_CHARS)) for e in earlier

@@ -32,10 +32,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from app.domain.compaction.lineage import SHORT_HANDLE
-from app.domain.session_memo import SessionMemo
 from app.domain.types import MessageEvent
 
 __all__ = ["LEAD_TOKENS", "MESSAGE_TOKENS", "SECTION_TOKENS", "UserEntry", "UserSection", "is_instruction",
@@ -279,22 +278,28 @@ def render_user_section(section: UserSection) -> list[str]:
     return [HEADING, *(_entry_line(e) for e in section.entries)]
 
 
+class UserTextMemo(Protocol):
+    """The session memo's field this module keeps (:class:`app.domain.session_memo.SessionMemo`)."""
+
+    user_texts: dict[tuple[Any, ...], _Parsed]
+
+
 def protect_user_text(messages: Sequence[MessageEvent], *, count: Callable[[str], int],
                       budget_tokens: int = SECTION_TOKENS, message_tokens: int = MESSAGE_TOKENS,
-                      memo: SessionMemo | None = None) -> UserSection:
+                      memo: UserTextMemo | None = None) -> UserSection:
     """The section of the folded user ``messages`` (seq order) within ``budget_tokens``
     (module docstring). ``count``: tokens of a text on the profile's tokenizer; ``memo``: an
     optional mapping kept across passes (the session's leaf cache) holding each message's
     sentences and flags. Deterministic."""
     if not messages:
         return UserSection(budget=budget_tokens)
-    cache = memo if memo is not None else SessionMemo()
+    texts = memo.user_texts if memo is not None else {}
     parsed = []
     for m in messages:
         key = (m.seq, m.handle, message_tokens)
-        hit = cache.user_texts.get(key)
+        hit = texts.get(key)
         if hit is None:
-            hit = cache.user_texts[key] = _parse(m, count, message_tokens)
+            hit = texts[key] = _parse(m, count, message_tokens)
         parsed.append(hit)
 
     def render(levels: Sequence[int]) -> tuple[tuple[UserEntry, ...], int]:
