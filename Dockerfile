@@ -21,9 +21,11 @@ WORKDIR /src
 # nothing in the image comes from an unpinned, unhashed download.
 COPY requirements.lock requirements-build.lock ./
 RUN pip install --require-hashes --no-deps -r requirements.lock -r requirements-build.lock
-# The project, built as a wheel and installed without touching the locked dependencies.
+# The project (the service, app, and its offline tools, ctxd_tools: one wheel), built as a
+# wheel and installed without touching the locked dependencies.
 COPY pyproject.toml README.md ./
 COPY app ./app
+COPY ctxd_tools ./ctxd_tools
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip install --no-deps --no-index /wheels/ctxd-*.whl \
  && pip check \

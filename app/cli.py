@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from app.replay import ReplayProblem
+    from ctxd_tools.replay_http import ReplayProblem
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -221,8 +221,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from app.adapters.miniswe import TrajectoryFormatError
-    from app.replay import (
+    from ctxd_tools.miniswe import TrajectoryFormatError
+    from ctxd_tools.replay_http import (
         ReplayConnectionError,
         ReplayError,
         ReplayProblem,
@@ -230,7 +230,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         run_replay,
         write_json,
     )
-    from app.traces import resolve_trace
+    from ctxd_tools.traces import resolve_trace
 
     err = Console(stderr=True)
     try:
@@ -265,7 +265,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def sweep_policies(t_hi: str, k: str, record: str, lo_ratio: float) -> list[str]:
     """The sweep's select settings as policy names (every T_hi x K x record budget)."""
-    from app.eval.policies import SweepSetting
+    from ctxd_tools.eval.policies import SweepSetting
 
     his = [float(x) for x in t_hi.split(",") if x.strip()]
     return [SweepSetting(hi, round(hi * lo_ratio, 4), int(kk), int(r)).name
@@ -276,10 +276,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from app.adapters.miniswe import TrajectoryFormatError
-    from app.bench import BenchError, print_bench, print_summary, run_bench, run_summary, write_json
     from app.domain.errors import TokenizerUnavailable, UnknownProfile
-    from app.traces import resolve_trace
+    from ctxd_tools.bench import BenchError, print_bench, print_summary, run_bench, run_summary, write_json
+    from ctxd_tools.miniswe import TrajectoryFormatError
+    from ctxd_tools.traces import resolve_trace
 
     err = Console(stderr=True)
     progress = not args.quiet
@@ -292,7 +292,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             print_bench(result)
             out["bench"] = result
         if args.http:
-            from app.bench_http import HTTP_PROFILE, print_http, run_http
+            from ctxd_tools.bench_http import HTTP_PROFILE, print_http, run_http
 
             if args.raise_watermarks and args.url:
                 raise BenchError("--raise-watermarks configures the server --http starts; it cannot change --url's")
@@ -301,7 +301,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             print_http(http)
             out["http"] = http
         if args.ingest:
-            from app.bench_ingest import print_ingest, run_ingest
+            from ctxd_tools.bench_ingest import print_ingest, run_ingest
 
             ingest = run_ingest(n_events=args.ingest_events, progress=progress)
             print_ingest(ingest)
@@ -326,10 +326,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from app.adapters.miniswe import TrajectoryFormatError
     from app.domain.errors import TokenizerUnavailable, UnknownProfile
-    from app.eval.replay import run_eval
-    from app.eval.report import default_prices, profile_info, write_report
+    from ctxd_tools.eval.replay import run_eval
+    from ctxd_tools.eval.report import default_prices, profile_info, write_report
+    from ctxd_tools.miniswe import TrajectoryFormatError
 
     err = Console(stderr=True)
     if args.interactive:  # writes interactive.md and .json: no plots, no matplotlib needed
@@ -367,7 +367,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_interactive(args: argparse.Namespace, err: Console) -> int:
-    """``ctxd eval --interactive``: replay interactive sessions (app/eval/interactive.py) under
+    """``ctxd eval --interactive``: replay interactive sessions (ctxd_tools/eval/interactive.py) under
     select; write interactive.md and interactive.json in the output folder."""
     import json
     from pathlib import Path
@@ -375,7 +375,7 @@ def _eval_interactive(args: argparse.Namespace, err: Console) -> int:
     from rich.markup import escape
 
     from app.domain.errors import TokenizerUnavailable, UnknownProfile
-    from app.eval.interactive import render_interactive, run_interactive
+    from ctxd_tools.eval.interactive import render_interactive, run_interactive
 
     policy = args.policies if args.policies in ("select", "window") else "select"
     try:

@@ -6,11 +6,11 @@ Run from the repository root::
     .venv/bin/python -m loadtests.capacity --seconds 20 --agents 1,2 --workers 1
 
 1. **GETs per second and p95**: PostgreSQL + Redis + ``ctxd serve --workers W`` started
-   natively (app/native.py), the Locust scenario (loadtests/locustfile.py) with 1, 2 and 4
+   natively (ctxd_tools/native_stack.py), the Locust scenario (loadtests/locustfile.py) with 1, 2 and 4
    simulated agents replaying real traces as closed loops (no think time) for ``--seconds``
    each. GETs/s per worker = GETs/s / W.
 2. **Memo hit rate with and without session affinity**: two single-worker servers on one
-   PostgreSQL + Redis; ``--affinity-agents`` agents (app/loadgen.py) send every request of
+   PostgreSQL + Redis; ``--affinity-agents`` agents (ctxd_tools/loadgen.py) send every request of
    a session to the same server (pinned), then each request to a random one. The hit rate is
    ``ctxd_assembly_memo_total{result="hit"}`` / all, summed over both servers: the share of
    GETs whose session's previous request was served by the same process, which then reads
@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from app.loadgen import Agents, run_locust
-from app.native import Ctxd, Postgres, Redis
-from app.traces import traces_dir
+from ctxd_tools.loadgen import Agents, run_locust
+from ctxd_tools.native_stack import Ctxd, Postgres, Redis
+from ctxd_tools.traces import traces_dir
 
 TRACES = ("pvlib__pvlib-python-1072__reasoner", "pydicom__pydicom-901__chat", "marshmallow-code__marshmallow-1343__chat",
           "pvlib__pvlib-python-1154__chat")

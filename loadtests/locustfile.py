@@ -3,7 +3,7 @@
 Each simulated user picks a trace, creates a session (``POST /v1/sessions``), posts the
 trace's events in order (``POST /v1/sessions/{id}/events``) and, wherever the recorded
 agent called its model, fetches the assembled request (``GET /v1/sessions/{id}/request``)
--- the same plan as ``ctxd replay`` (:func:`app.adapters.miniswe.replay_plan`), driven by
+-- the same plan as ``ctxd replay`` (:func:`ctxd_tools.miniswe.replay_plan`), driven by
 Locust's HttpUser client. When a trace is done (or ``--ctxd-max-calls`` is reached) the
 user starts over with another trace and a new session.
 
@@ -44,8 +44,8 @@ import gevent
 from locust import HttpUser, constant, events, task
 from locust.exception import StopUser
 
-from app.adapters.miniswe import ModelCall, PostEvents, Step, load_trajectory, replay_plan, session_create_body
-from app.traces import resolve_trace, traces_dir
+from ctxd_tools.miniswe import ModelCall, PostEvents, Step, load_trajectory, replay_plan, session_create_body
+from ctxd_tools.traces import resolve_trace, traces_dir
 
 ROUTE_SESSIONS = "/v1/sessions"
 ROUTE_EVENTS = "/v1/sessions/[id]/events"
@@ -54,7 +54,7 @@ ROUTE_REQUEST = "/v1/sessions/[id]/request"
 
 def trace_files(spec: str) -> list[Path]:
     """Trace files named by ``spec`` (comma-separated files, directories, glob patterns; a file
-    name alone is looked up as ``ctxd replay`` does, :func:`app.traces.resolve_trace`)."""
+    name alone is looked up as ``ctxd replay`` does, :func:`ctxd_tools.traces.resolve_trace`)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()] or [str(traces_dir())]
     found: list[Path] = []
     for part in parts:

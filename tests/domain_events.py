@@ -11,7 +11,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from app.adapters.miniswe import load_trajectory, session_create_body, trajectory_events
 from app.domain.types import (
     ArtifactWriteEvent,
     Binding,
@@ -25,6 +24,7 @@ from app.domain.types import (
     ToolCall,
     ToolResultEvent,
 )
+from ctxd_tools.miniswe import load_trajectory, session_create_body, trajectory_events
 
 
 def _handle(text: str) -> str:

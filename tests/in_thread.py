@@ -2,7 +2,7 @@
 real HTTP (a real server's concurrency: background tasks run after the response, as in
 production, not before TestClient returns) with the app object at hand (``app.state``).
 Every test that needs this uses :func:`served`; a ``ctxd serve`` process is
-``app.bench_http.serve`` or ``app.native.Ctxd``."""
+``ctxd_tools.bench_http.serve`` or ``ctxd_tools.native_stack.Ctxd``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import uvicorn
 
-from app.native import free_port, wait_ready
+from ctxd_tools.native_stack import free_port, wait_ready
 
 
 @contextmanager

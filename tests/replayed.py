@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.adapters import miniswe
+from ctxd_tools import miniswe
 from tests.traces import TRACES_DIR
 
 

@@ -1,7 +1,7 @@
 """Real tool outputs from the shared mini-swe-agent trajectories (tests/traces.py finds them).
 
 Each :class:`ToolOutput` is one ``tool`` message of a trajectory with the bash command that
-produced it (from the assistant's tool call with the same id, see app/adapters/miniswe.py):
+produced it (from the assistant's tool call with the same id, see ctxd_tools/miniswe.py):
 ``extra.raw_output`` is the payload ctxd stores whole (its handle is the sha256 of its UTF-8
 bytes), ``extra.returncode`` the exit code. ``find`` picks a real example by command and
 output patterns, so a technique's tests run on what the agent really saw.
@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from app.adapters.bash_effects import command_of
-from app.adapters.miniswe import load_trajectory
+from ctxd_tools.miniswe import load_trajectory
 from tests.traces import TRACE_FILES
 
 

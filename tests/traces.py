@@ -1,5 +1,5 @@
 """Where the shared real trajectories are: ``CTXD_TRACES_DIR``, else the places
-:func:`app.traces.traces_dir` looks at (``../shared/traces/miniswe`` next to the
+:func:`ctxd_tools.traces.traces_dir` looks at (``../shared/traces/miniswe`` next to the
 repository, ..., ``/work/shared/traces/miniswe``; CI may clone elsewhere)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.traces import TracesNotFound, traces_dir
+from ctxd_tools.traces import TracesNotFound, traces_dir
 
 try:
     TRACES_DIR = traces_dir(first=os.environ.get("CTXD_TRACES_DIR") or None)

@@ -16,7 +16,7 @@ Entry points
 * :class:`SessionEffects` runs it over a session's commands in order, keeping
   ``known_sources`` (text written to a path by a heredoc, ``echo``, ``cp`` of a
   known file) and the artifacts seen so far (to expand tree writes).
-* :func:`coverage_report` over trajectory files.
+* How much of the recorded commands it interprets: :func:`ctxd_tools.bash_coverage.coverage_report`.
 
 Artifacts
 ---------
@@ -136,7 +136,6 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 from app.adapters.bash_syntax import (
@@ -163,7 +162,6 @@ __all__ = [
     "Write",
     "command_effects",
     "command_of",
-    "coverage_report",
     "patch_targets",
     "python_writes",
 ]
@@ -1794,53 +1792,3 @@ def command_of(arguments: str, argument: str = "command") -> str | None:
         return None
     command = value.get(argument) if isinstance(value, dict) else None
     return command if isinstance(command, str) else None
-
-
-def coverage_report(paths: Iterable[str | Path]) -> dict[str, Any]:
-    """How much of the recorded commands this module interprets.
-
-    Over the mini-swe-agent trajectories at ``paths``: ``trajectories``,
-    ``commands``, ``parsed`` and ``parsed_share``, ``with_read`` and
-    ``with_write`` (commands with at least one), ``reads_by_tool`` and
-    ``writes_by_tool`` (counts of :class:`Read` / :class:`Write`, tree writes as
-    ``"<tool> (tree)"``), ``write_events`` (after tree expansion), and
-    ``unparsed_reasons``.
-    """
-    from app.adapters.miniswe import load_trajectory  # the adapter imports this module
-
-    n_traj = commands = parsed = with_read = with_write = write_events = 0
-    reads_by_tool: Counter[str] = Counter()
-    writes_by_tool: Counter[str] = Counter()
-    reasons: Counter[str] = Counter()
-    for path in paths:
-        traj = load_trajectory(path)
-        n_traj += 1
-        session = SessionEffects()
-        for m in traj.messages:
-            if m["role"] != "assistant":
-                continue
-            for tc in m.get("tool_calls") or []:
-                commands += 1
-                call = session.run(command_of(tc["function"]["arguments"]))
-                eff = call.effects
-                if not eff.parsed:
-                    reasons[(eff.reason or "").split(":")[0]] += 1
-                    continue
-                parsed += 1
-                with_read += bool(eff.reads)
-                with_write += bool(eff.writes)
-                write_events += len(call.written)
-                reads_by_tool.update(r.tool for r in eff.reads)
-                writes_by_tool.update(w.tool + (" (tree)" if w.tree else "") for w in eff.writes)
-    return {
-        "trajectories": n_traj,
-        "commands": commands,
-        "parsed": parsed,
-        "parsed_share": parsed / commands if commands else 0.0,
-        "with_read": with_read,
-        "with_write": with_write,
-        "write_events": write_events,
-        "reads_by_tool": dict(reads_by_tool.most_common()),
-        "writes_by_tool": dict(writes_by_tool.most_common()),
-        "unparsed_reasons": dict(reasons.most_common()),
-    }

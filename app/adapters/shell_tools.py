@@ -1,6 +1,6 @@
 """Declared shell tools and the bindings inferred from their commands (issue 11 items 1, 2).
 
-Shared by the offline importer (:mod:`app.adapters.miniswe`) and the service's ingest
+Shared by the offline importer (:mod:`ctxd_tools.miniswe`) and the service's ingest
 (:func:`app.services.sessions.ingest_events`), so both infer the same reads, writes and
 content hashes from a command (rules in :mod:`app.adapters.bash_effects`). Pure functions
 over JSON values; tree-sitter-bash through :mod:`app.adapters.bash_effects`.

@@ -34,7 +34,7 @@ is past ``fetched_at + ttl_seconds`` (a heuristic, section 4.7.2 footnote 11: ju
 the latest event's time, so two GETs with no event between them agree).
 
 Writes are named ``path@rN`` (N the revision the write produced), the form the eval's
-stale-support metric recognises (:func:`app.eval.metrics.names_write`).
+stale-support metric recognises (:func:`ctxd_tools.eval.measures.names_write`).
 """
 
 from __future__ import annotations

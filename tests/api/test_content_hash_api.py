@@ -9,7 +9,7 @@ import hashlib
 
 from fastapi.testclient import TestClient
 
-from app.adapters.miniswe import trajectory_events
+from ctxd_tools.miniswe import trajectory_events
 from tests.api.test_api import assert_problem, new_session, post, result
 from tests.api.test_invalidation_api import bash, item, request
 from tests.unit.test_content_hashes import _trajectory

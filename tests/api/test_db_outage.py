@@ -10,9 +10,9 @@ from sqlalchemy import exc as sa
 
 from app.api.problems import database_unavailable
 from app.main import create_app
-from app.native import free_port
 from app.settings import Settings
 from app.store.db import make_engine, make_read_factory, make_session_factory
+from ctxd_tools.native_stack import free_port
 
 SESSION = {"profile": "qwen3", "contract": {"goal": "fix the bug"}}
 

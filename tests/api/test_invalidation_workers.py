@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.api.schemas import ManifestOut
 from app.domain.state import SessionState
 from app.main import create_app
 from app.settings import Settings
+from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from tests.api.test_api import post
 from tests.api.test_request_path import pair, settings  # noqa: F401  (module fixtures: two instances, one database)
 from tests.traces import TRACES_DIR

@@ -148,7 +148,7 @@ def test_defaults_admit_every_real_trace() -> None:
     replay`` posts them) are within the default limits; they are 110,817 and 114,098 bytes."""
     if not TRACE_FILES:
         pytest.skip("shared traces not found")
-    from app.adapters.miniswe import PostEvents, load_trajectory, replay_plan, session_create_body
+    from ctxd_tools.miniswe import PostEvents, load_trajectory, replay_plan, session_create_body
 
     defaults = Settings()
     largest_payload = largest_body = 0

@@ -8,8 +8,8 @@ import re
 
 from fastapi.testclient import TestClient
 
-from app.adapters.miniswe import ModelCall, load_trajectory, replay_plan
-from app.replay import print_report, run_replay
+from ctxd_tools.miniswe import ModelCall, load_trajectory, replay_plan
+from ctxd_tools.replay_http import print_report, run_replay
 from tests.traces import TRACE_FILES
 
 

@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.api.schemas import ManifestOut
 from app.main import create_app
 from app.services import requests as request_service
 from app.settings import Settings
+from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from tests.api.test_api import SESSION, assert_problem, assistant, new_session, post, result
 from tests.traces import TRACES_DIR
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.adapters.miniswe import trajectory_events
 from app.main import create_app
 from app.services.shell_inference import ShellStates
 from app.settings import Settings
+from ctxd_tools.miniswe import trajectory_events
 from tests.api.test_api import BASH, new_session, post, result
 from tests.api.test_content_hash_api import _trajectory
 from tests.api.test_invalidation_api import bash, item, request, tool_contents, write

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.adapters import miniswe
-from app.eval import metrics
-from app.eval.instructions import inject_instructions, injected_texts
-from app.eval.interactive import GOAL, load_session
+from ctxd_tools import miniswe
+from ctxd_tools.eval import measures
+from ctxd_tools.eval.instructions import inject_instructions, injected_texts
+from ctxd_tools.eval.interactive import GOAL, load_session
 from tests.api.test_api import new_session, post
 from tests.api.test_budget_api import COUNTERS, payload
 from tests.traces import TRACE_FILES, TRACES_DIR
@@ -31,7 +31,7 @@ SESSIONS = sorted(INTERACTIVE.glob("*.json"))
 
 
 def _text(body: dict) -> str:
-    return metrics.request_text(body["messages"], body.get("tools"))
+    return measures.request_text(body["messages"], body.get("tools"))
 
 
 def _replay_injected(client: TestClient, path: Path) -> tuple[int, int, int]:
@@ -104,7 +104,7 @@ def _replay_interactive(client: TestClient, path: Path) -> dict[str, int]:
         missing = [t for t in wanted if t not in text]
         assert not missing, f"{path.name} before message {index}: {missing} lost"
         shorts = [m["content"] for m in session.messages[:index] if m["role"] == "user" and not m.get("name")
-                  and 0 < len(m["content"]) <= metrics.SHORT_USER_CHARS]
+                  and 0 < len(m["content"]) <= measures.SHORT_USER_CHARS]
         counts["instruction_pairs"] += len(wanted)
         counts["short_pairs"] += len(shorts)
         counts["short_kept"] += sum(1 for s in shorts if s in text)

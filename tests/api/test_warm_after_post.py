@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from app.main import create_app
 from app.services import requests as request_service
 from app.services.requests import PlanWarmer, warm_after_post
 from app.settings import Settings
 from app.tokenizers.hf import HFChatMeter
+from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from tests.api.test_api import assistant, new_session, post, result
 from tests.api.test_request_path import TINY, TRACE
 

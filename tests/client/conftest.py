@@ -35,7 +35,7 @@ def example(name: str) -> ModuleType:
 @pytest.fixture(scope="module")
 def ctxd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `ctxd serve` (subprocess) on a free loopback port, SQLite in a temp dir."""
-    from app.bench_http import serve
+    from ctxd_tools.bench_http import serve
 
     base = tmp_path_factory.mktemp("ctxd-client")
     with serve(data_dir=base / "data", log_path=base / "serve.log", ready_timeout=120) as url:

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.native import free_port, stop, wait_ready
+from ctxd_tools.native_stack import free_port, stop, wait_ready
 from tests.deploy.conftest import PROMETHEUS_YML, RULES
 from tests.traces import TRACES_DIR
 
@@ -78,7 +78,7 @@ def summarizer_url() -> Iterator[str]:
 
 @pytest.fixture()
 def ctxd_base(tmp_path: Path, summarizer_url: str) -> Iterator[str]:
-    from app.bench_http import serve
+    from ctxd_tools.bench_http import serve
 
     env = {"CTXD_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens: Redis is down
            "CTXD_SUMMARIZER_URL": summarizer_url, "CTXD_SUMMARIZER_RETRIES": "0"}

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.native import free_port
+from ctxd_tools.native_stack import free_port
 from tests.deploy.conftest import REPO
 from tests.traces import TRACES_DIR
 

@@ -34,8 +34,8 @@ def ctxd() -> list[str]:
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[str]:
     """`ctxd serve` on a free loopback port with its own data dir (``tmp_path / "data"``),
-    its output in ``tmp_path / "serve.log"`` (app.bench_http.serve)."""
-    from app.bench_http import serve
+    its output in ``tmp_path / "serve.log"`` (ctxd_tools.bench_http.serve)."""
+    from ctxd_tools.bench_http import serve
 
     with serve(data_dir=tmp_path / "data", log_path=tmp_path / "serve.log", ready_timeout=90) as base:
         yield base

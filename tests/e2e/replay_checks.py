@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from app.adapters import miniswe
+from ctxd_tools import miniswe
 
 
 @dataclass

@@ -106,8 +106,8 @@ def test_raised_watermarks_change_only_the_watermarks(tmp_path: Path) -> None:
     profile equal to the shipped one in every other field."""
     import dataclasses
 
-    from app.bench_http import raised_watermarks
     from app.tokenizers.profiles import load_profiles
+    from ctxd_tools.bench_http import raised_watermarks
 
     text, marks = raised_watermarks("qwen3")
     assert marks == {"t_hi": 28_160, "t_lo": 16_896}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from app.native import free_port
+from ctxd_tools.native_stack import free_port
 from tests.e2e.conftest import ctxd
 from tests.traces import TRACES_DIR as TRACES
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.eval.report import KEYS
+from ctxd_tools.eval.report import KEYS
 from tests.traces import TRACES_DIR
 
 TRACES = TRACES_DIR
@@ -80,10 +80,10 @@ def test_report_and_plots(eval_out: Path) -> None:
 
 def test_append_counts_equal_the_chat_template(eval_out: Path) -> None:
     """append = the transcript as sent, rendered and counted exactly (reasoning included)."""
-    from app.adapters import miniswe
     from app.domain.layout import canonical_tools
     from app.tokenizers.hf import openai_to_template_messages
     from app.tokenizers.loading import load_hf_tokenizer, qwen3_tokenizer_dir
+    from ctxd_tools import miniswe
 
     tokenizer = load_hf_tokenizer(qwen3_tokenizer_dir())
     tools = list(canonical_tools(miniswe.tool_declarations()))

@@ -47,7 +47,7 @@ def screenshot_dir(tmp_path: Path) -> Path:
 
 def test_inspector_in_headless_chromium(tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package (the test extra) is missing")
-    from app.bench_http import serve
+    from ctxd_tools.bench_http import serve
 
     data = tmp_path / "data"
     made = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--tenant", "inspector"],

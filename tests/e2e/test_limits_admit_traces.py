@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from app.adapters.miniswe import PostEvents, load_trajectory, replay_plan, session_create_body
 from app.api.limits import json_shape_problem
 from app.settings import Settings
+from ctxd_tools.miniswe import PostEvents, load_trajectory, replay_plan, session_create_body
 from tests.traces import TRACE_FILES
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.bench_http import serve
+from ctxd_tools.bench_http import serve
 
 LIMIT = 50_000
 

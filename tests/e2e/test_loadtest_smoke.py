@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.loadgen import locust_table, run_locust
+from ctxd_tools.loadgen import locust_table, run_locust
 from tests.traces import TRACES_DIR as TRACES
 
 SMOKE_TRACES = [TRACES / "pvlib__pvlib-python-1072__reasoner.traj.json", TRACES / "pydicom__pydicom-901__chat.traj.json"]

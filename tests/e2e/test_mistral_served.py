@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.adapters import miniswe
+from ctxd_tools import miniswe
 from tests.traces import TRACE_FILES
 
 SAMPLE = [p for p in TRACE_FILES if p.name in {"pvlib__pvlib-python-1072__reasoner.traj.json",

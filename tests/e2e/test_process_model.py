@@ -22,8 +22,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.bench_http import serve
-from app.native import free_port
+from ctxd_tools.bench_http import serve
+from ctxd_tools.native_stack import free_port
 from tests.api.test_api import SESSION
 from tests.tcp_proxy import TcpProxy
 

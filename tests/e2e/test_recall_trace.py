@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.adapters import miniswe
 from app.domain.recall import RECALL_TOOL
+from ctxd_tools import miniswe
 from tests.e2e.replay_checks import replay_and_check
 from tests.recall_profiles import qwen3_variant, recall_app
 from tests.traces import TRACE_FILES

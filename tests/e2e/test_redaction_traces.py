@@ -1,6 +1,6 @@
 """False positives of secret redaction on the shared real traces (issue 12 item 5).
 
-Every event ctxd would ingest from every shared trajectory (app/adapters/miniswe.py: the
+Every event ctxd would ingest from every shared trajectory (ctxd_tools/miniswe.py: the
 agent's messages, reasoning, tool-call arguments and tool outputs: code, test logs, git
 output, hashes, UUIDs, base64 test data) goes through the ingest redaction. None of it is a
 credential, so every redaction is a false positive. The figure is printed (``-s``) and
@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
-from app.adapters.miniswe import load_trajectory, trajectory_events
 from app.domain.redaction import redact_json_text, redact_text
 from app.services.redaction import find_secrets
+from ctxd_tools.miniswe import load_trajectory, trajectory_events
 from tests.traces import TRACE_FILES
 
 #: Redactions on the shared traces (32 trajectories): none. Raise only with each new one

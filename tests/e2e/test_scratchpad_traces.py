@@ -178,10 +178,10 @@ def test_plan_update_cache_effect_leaf_vs_trunk(sqlite_client: TestClient, qwen3
 def test_eval_select_scratchpad_reports_plans_children_and_documents(tmp_path) -> None:
     """``ctxd eval --policies select-scratchpad``: per call, the plan versions, documents and
     conclusions the request holds (and their tokens); the report's table sums them."""
-    from app.eval import metrics
-    from app.eval.policies import CHILD_AT, CONCLUDE_AT, DOCUMENT_EVERY, PLAN_EVERY
-    from app.eval.replay import make_context, replay_trace
-    from app.eval.report import summarize
+    from ctxd_tools.eval import measures
+    from ctxd_tools.eval.policies import CHILD_AT, CONCLUDE_AT, DOCUMENT_EVERY, PLAN_EVERY
+    from ctxd_tools.eval.replay import make_context, replay_trace
+    from ctxd_tools.eval.report import summarize
 
     ctx = make_context("qwen3", tmp_path)
     result = replay_trace(QUICK, "select-scratchpad", ctx)
@@ -194,5 +194,5 @@ def test_eval_select_scratchpad_reports_plans_children_and_documents(tmp_path) -
     assert by_call[CHILD_AT].children == 1 and by_call[CONCLUDE_AT - 1].conclusions == 0
     assert all(c.conclusions == 1 and c.conclusion_tokens > 0 for c in calls if c.call >= CONCLUDE_AT)
     assert DOCUMENT_EVERY > 1
-    total = summarize(calls, metrics.Prices(uncached=3.0, cached=0.3), None)["scratchpad"]
+    total = summarize(calls, measures.Prices(uncached=3.0, cached=0.3), None)["scratchpad"]
     assert total["plans"] == sum(c.plans for c in calls) and total["children"] == 1

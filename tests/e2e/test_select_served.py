@@ -12,7 +12,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from app.adapters import miniswe
+from ctxd_tools import miniswe
 from tests.traces import TRACE_FILES
 
 TRACE = next(f for f in TRACE_FILES if f.name == "pydicom__pydicom-901__chat.traj.json")

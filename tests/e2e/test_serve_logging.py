@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from app.bench_http import serve
+from ctxd_tools.bench_http import serve
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

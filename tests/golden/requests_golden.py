@@ -71,7 +71,7 @@ def golden_client() -> Iterator[Any]:
 
 def replay_digests(client: Any, trace: Path, profile: str) -> list[str]:
     """The digests of every request served while replaying ``trace`` under ``profile``."""
-    from app.adapters import miniswe
+    from ctxd_tools import miniswe
 
     traj = miniswe.load_trajectory(trace)
     _NEXT_IDS.append(hashlib.sha256(f"{profile}/{trace.name}".encode()).hexdigest()[:32])

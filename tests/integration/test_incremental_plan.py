@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
-from app.bench import harness
 from app.domain.assembly import views as assembly
 from app.domain.session_memo import SessionMemo
 from app.services import requests as request_service
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.segments import LocalLRUCache
+from ctxd_tools.bench import harness
+from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 
 TRACES = Path("/work/shared/traces/miniswe")
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from app.bench import Harness
-from app.bench_ingest import SESSION_BODY, synthetic_batches
-from app.eval.policies import EvalContext
 from app.services.shell_inference import ShellStates
 from app.store import repository as repo
+from ctxd_tools.bench import Harness
+from ctxd_tools.bench_ingest import SESSION_BODY, synthetic_batches
+from ctxd_tools.eval.policies import EvalContext
 
 
 def test_the_bench_harness_reads_earlier_commands_once_per_session(tmp_path: Path,

@@ -16,13 +16,13 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
-from app.bench import harness
 from app.store import delta
 from app.store import repository as repo
 from app.store.tables import ManifestRow
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.segments import LocalLRUCache
+from ctxd_tools.bench import harness
+from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 
 TRACE = Path("/work/shared/traces/miniswe/pylint-dev__astroid-1333__chat.traj.json")
 

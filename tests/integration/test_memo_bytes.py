@@ -16,10 +16,10 @@ import tracemalloc
 
 import pytest
 
-from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
-from app.bench import harness
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.segments import LocalLRUCache
+from ctxd_tools.bench import harness
+from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 from tests.traces import TRACES_DIR
 
 

@@ -6,8 +6,8 @@ import redis
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.native import free_port
 from app.settings import Settings
+from ctxd_tools.native_stack import free_port
 from tests.e2e.replay_checks import replay_and_check
 from tests.traces import TRACE_FILES
 

@@ -1,5 +1,5 @@
 """Fixtures of the load and fault tests (issue 13 item 5): a native stack of PostgreSQL,
-Redis and ctxd workers (app/native.py), each test's own where it breaks something.
+Redis and ctxd workers (ctxd_tools/native_stack.py), each test's own where it breaks something.
 
 The figures of every test (requests, failures, events acknowledged vs stored, the
 Locust table) are collected with :func:`report` and printed in pytest's terminal summary
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.native import Ctxd, Postgres, Redis, have_postgres, have_redis
+from ctxd_tools.native_stack import Ctxd, Postgres, Redis, have_postgres, have_redis
 from tests.traces import TRACES_DIR
 
 _REPORT: list[str] = []

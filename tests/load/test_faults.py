@@ -1,6 +1,6 @@
 """Fault tests on the native stack: PostgreSQL + Redis + ctxd with 2 workers (issue 13 item 5).
 
-Each test runs real mini-swe-agent traces as simulated agents (app/loadgen.py, threads and
+Each test runs real mini-swe-agent traces as simulated agents (ctxd_tools/loadgen.py, threads and
 httpx: every request, its status and time, and every event id acknowledged with a 2xx are
 recorded), breaks one part of the stack mid-load, and checks what clients saw and what the
 database holds. Tests that break something start their own PostgreSQL and Redis.
@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.miniswe import PostEvents, load_trajectory, replay_plan, session_create_body
-from app.loadgen import Agents, Outcome, is_failure
-from app.native import Ctxd
+from ctxd_tools.loadgen import Agents, Outcome, is_failure
+from ctxd_tools.miniswe import PostEvents, load_trajectory, replay_plan, session_create_body
+from ctxd_tools.native_stack import Ctxd
 from tests.load.conftest import LOAD_TRACES, Stack, log_tail, native_stack, needs_native, report
 
 # not marked postgres/redis: these start their own servers (CTXD_TEST_* URLs are not needed)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.loadgen import ROUTES, locust_table, run_locust
+from ctxd_tools.loadgen import ROUTES, locust_table, run_locust
 from tests.load.conftest import LOAD_TRACES, log_tail, native_stack, needs_native, report
 
 pytestmark = [pytest.mark.slow, needs_native, pytest.mark.timeout(900),

@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.adapters.bash_effects import SessionEffects, command_of
-from app.adapters.miniswe import load_trajectory
+from ctxd_tools.miniswe import load_trajectory
 from tests.traces import TRACES_DIR
 
 BASELINE = Path(__file__).with_name("bash_effects_bashlex.jsonl.gz")

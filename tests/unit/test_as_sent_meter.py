@@ -1,15 +1,15 @@
-"""The eval's append policy counts with the profile's chat template kwargs (app/eval/policies.py
+"""The eval's append policy counts with the profile's chat template kwargs (ctxd_tools/eval/policies.py
 ``as_sent_meter``): before, its sibling meter dropped them, so append under qwen3-nothink
 (``enable_thinking = false``) counted exactly qwen3's totals."""
 
 from __future__ import annotations
 
 from app.domain.layout import Conversation
-from app.eval.policies import as_sent_meter
 from app.settings import Settings
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry, load_profiles
 from app.tokenizers.segments import LocalLRUCache
+from ctxd_tools.eval.policies import as_sent_meter
 
 CONVERSATION = Conversation(system="You are a careful engineer.", tools=(), trunk="List the files.", leaf=())
 

@@ -18,11 +18,11 @@ from app.adapters.bash_effects import (
     SessionEffects,
     Write,
     command_effects,
-    coverage_report,
     patch_targets,
     python_writes,
 )
-from app.adapters.miniswe import (
+from ctxd_tools.bash_coverage import coverage_report
+from ctxd_tools.miniswe import (
     PostEvents,
     Trajectory,
     load_trajectory,

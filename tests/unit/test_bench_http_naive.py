@@ -1,5 +1,5 @@
 """``ctxd bench --http`` times the naive count of a served body once the server's work
-after the GET is done (app/bench_http.py ``NAIVE_AFTER``): the server counts a POST's new
+after the GET is done (ctxd_tools/bench_http.py ``NAIVE_AFTER``): the server counts a POST's new
 tool outputs once it has had no request in flight for a few ms, which, right after the
 GET, ran during the naive timing in the bench process and slowed it (shared cores)."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app import bench_http
-from app.adapters.miniswe import load_trajectory
-from app.bench import BenchError, default_trace
+from ctxd_tools import bench_http
+from ctxd_tools.bench import BenchError, default_trace
+from ctxd_tools.miniswe import load_trajectory
 
 
 def test_the_naive_count_is_timed_after_the_servers_work_following_the_get() -> None:

@@ -18,10 +18,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.cli import EXACTNESS_PACKAGES, build_parser, main
-from app.eval.replay import discover_traces
 from app.main import create_app
 from app.settings import Settings, settings_help
-from app.traces import TracesNotFound, resolve_trace
+from ctxd_tools.eval.replay import discover_traces
+from ctxd_tools.traces import TracesNotFound, resolve_trace
 from tests.traces import TRACES_DIR
 
 REPO = Path(__file__).resolve().parents[2]

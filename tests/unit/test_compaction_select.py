@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from app.adapters import miniswe
 from app.domain.assembly import Assembly, assemble_window, build_turn_groups
 from app.domain.budget import Budget
 from app.domain.compaction.evidence import check_protected, protected_inventory
@@ -29,7 +28,8 @@ from app.domain.manifest import Representation
 from app.domain.session_memo import SessionMemo
 from app.domain.supersession import InvalidationOptions
 from app.domain.types import Event, MessageEvent, Session, ToolCall, ToolResultEvent
-from app.eval.metrics import pair_errors
+from ctxd_tools import miniswe
+from ctxd_tools.eval.measures import pair_errors
 from tests.domain_events import trace_session
 from tests.traces import TRACE_FILES
 from tests.unit.wordmeter import WordMeter

@@ -24,9 +24,9 @@ from app.domain.planner import Policy, compaction_report
 from app.domain.session_memo import SessionMemo
 from app.domain.state import LayoutState
 from app.domain.types import MessageEvent, ToolCall, ToolResultEvent, TurnGroup
-from app.eval.metrics import Prices
-from app.eval.replay import CallRecord
-from app.eval.report import summarize
+from ctxd_tools.eval.measures import Prices
+from ctxd_tools.eval.replay import CallRecord
+from ctxd_tools.eval.report import summarize
 from tests.traces import TRACE_FILES
 from tests.unit.test_compaction_select import BUDGET, session_of
 from tests.unit.wordmeter import WordMeter

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from app.adapters.bash_effects import SessionEffects, command_effects
-from app.adapters.miniswe import parse_trajectory, trajectory_events
 from app.domain.errors import InvalidEvent
 from app.domain.invalidation import (
     ArtifactLedger,
@@ -26,6 +25,7 @@ from app.domain.invalidation import (
     reveals_external_change,
 )
 from app.domain.types import ArtifactWriteEvent, Binding, ToolResultEvent
+from ctxd_tools.miniswe import parse_trajectory, trajectory_events
 from tests.traces import TRACES_DIR
 
 
@@ -297,7 +297,7 @@ def test_hashes_on_the_32_shared_traces() -> None:
     writes carry a hash; replayed with the server's rules, 5 reads confirm an earlier
     read's hash, 78 are adopted (39 after a write of unknown text), and no read reveals an
     external change (none happened in these runs: any would be a false positive)."""
-    from app.adapters.miniswe import load_trajectory
+    from ctxd_tools.miniswe import load_trajectory
     reads = hashed_reads = writes = hashed_writes = confirmed = adopted_after_write = external = 0
     for path in sorted(TRACES_DIR.glob("*.traj.json")):
         ledger = ArtifactLedger()

@@ -1,28 +1,28 @@
-"""Evaluation metric functions on tiny hand-made cases (app/eval/metrics.py, report.summarize)."""
+"""Evaluation metric functions on tiny hand-made cases (ctxd_tools/eval/measures.py, report.summarize)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.eval import metrics
-from app.eval.metrics import Observation, Prices
-from app.eval.replay import CallRecord
-from app.eval.report import KEYS, summarize
+from ctxd_tools.eval import measures
+from ctxd_tools.eval.measures import Observation, Prices
+from ctxd_tools.eval.replay import CallRecord
+from ctxd_tools.eval.report import KEYS, summarize
 
 
 def test_cost_and_reuse() -> None:
-    assert metrics.cost_usd(1_000_000, 0) == pytest.approx(3.0)
-    assert metrics.cost_usd(0, 1_000_000) == pytest.approx(0.30)
-    assert metrics.cost_usd(327_000, 1_083_000) == pytest.approx(1.3059)
-    assert metrics.cost_usd(1_000_000, 1_000_000, Prices(uncached=1.0, cached=0.5)) == pytest.approx(1.5)
-    assert metrics.reuse_ratio(768, 1000) == 0.768
-    assert metrics.reuse_ratio(0, 0) is None
+    assert measures.cost_usd(1_000_000, 0) == pytest.approx(3.0)
+    assert measures.cost_usd(0, 1_000_000) == pytest.approx(0.30)
+    assert measures.cost_usd(327_000, 1_083_000) == pytest.approx(1.3059)
+    assert measures.cost_usd(1_000_000, 1_000_000, Prices(uncached=1.0, cached=0.5)) == pytest.approx(1.5)
+    assert measures.reuse_ratio(768, 1000) == 0.768
+    assert measures.reuse_ratio(0, 0) is None
 
 
 def test_compression_ratio_eq9() -> None:
-    assert metrics.compression_ratio(3_030_000, 1_410_000) == pytest.approx(2.1489, abs=1e-4)
-    assert metrics.compression_ratio(100, 100) == 1.0
-    assert metrics.compression_ratio(100, 0) is None
+    assert measures.compression_ratio(3_030_000, 1_410_000) == pytest.approx(2.1489, abs=1e-4)
+    assert measures.compression_ratio(100, 100) == 1.0
+    assert measures.compression_ratio(100, 0) is None
 
 
 def test_request_text_and_tool_contents() -> None:
@@ -32,18 +32,18 @@ def test_request_text_and_tool_contents() -> None:
             {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat a.py"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "print(1)"},
     ]
-    text = metrics.request_text(messages, [{"type": "function", "function": {"name": "bash"}}])
+    text = measures.request_text(messages, [{"type": "function", "function": {"name": "bash"}}])
     for part in ("sys", "look", "cat a.py", "print(1)", '"name": "bash"'):
         assert part in text
-    assert metrics.tool_contents(messages) == {"c1": "print(1)"}
+    assert measures.tool_contents(messages) == {"c1": "print(1)"}
 
 
 def test_constraint_hits_eq6() -> None:
     text = "[boundary-1]\nDO NOT MODIFY: tests\n[boundary-2]\nMODIFY: src"
-    assert metrics.constraint_hits(text, ["DO NOT MODIFY: tests", "MODIFY: src", "Never deploy"]) == 2
-    assert metrics.constraint_hits(text, ["DO NOT MODIFY:  tests"]) == 0  # verbatim, whitespace included
-    assert metrics.retention_fraction(5, 6) == pytest.approx(5 / 6)
-    assert metrics.retention_fraction(0, 0) is None
+    assert measures.constraint_hits(text, ["DO NOT MODIFY: tests", "MODIFY: src", "Never deploy"]) == 2
+    assert measures.constraint_hits(text, ["DO NOT MODIFY:  tests"]) == 0  # verbatim, whitespace included
+    assert measures.retention_fraction(5, 6) == pytest.approx(5 / 6)
+    assert measures.retention_fraction(0, 0) is None
 
 
 def test_pair_errors() -> None:
@@ -54,10 +54,10 @@ def test_pair_errors() -> None:
     def result(i: str) -> dict:
         return {"role": "tool", "tool_call_id": i, "content": "ok"}
 
-    assert metrics.pair_errors([call("a", "b"), result("a"), result("b")]) == 0
-    assert metrics.pair_errors([call("a", "b"), result("b")]) == 1  # a call without result
-    assert metrics.pair_errors([result("x"), call("a"), result("a")]) == 1  # a result without call
-    assert metrics.pair_errors([call("a"), call("b")]) == 2
+    assert measures.pair_errors([call("a", "b"), result("a"), result("b")]) == 0
+    assert measures.pair_errors([call("a", "b"), result("b")]) == 1  # a call without result
+    assert measures.pair_errors([result("x"), call("a"), result("a")]) == 1  # a result without call
+    assert measures.pair_errors([call("a"), call("b")]) == 2
 
 
 def test_stale_pairs_eq7() -> None:
@@ -68,31 +68,31 @@ def test_stale_pairs_eq7() -> None:
     obs = [old, fresh, unbound, empty]
     shown = {"c1": "exit_code: 0\n" + old.payload, "c2": fresh.payload, "c3": "README", "c4": ""}
     # a.py was written once (revision 1) after c1 read revision 0
-    assert metrics.stale_pairs(obs, {"src/a.py": 1}, shown, "...") == (1, 1)
+    assert measures.stale_pairs(obs, {"src/a.py": 1}, shown, "...") == (1, 1)
     # evicted: not shown any more
-    assert metrics.stale_pairs(obs, {"src/a.py": 1}, {"c2": fresh.payload}, "...") == (1, 0)
+    assert measures.stale_pairs(obs, {"src/a.py": 1}, {"c2": fresh.payload}, "...") == (1, 0)
     # a tombstone naming the write excuses it
-    assert metrics.stale_pairs(obs, {"src/a.py": 1}, shown, "[superseded: src/a.py r1]") == (1, 0)
+    assert measures.stale_pairs(obs, {"src/a.py": 1}, shown, "[superseded: src/a.py r1]") == (1, 0)
     # a notice naming another revision does not ("r12" is not "r1")
-    assert metrics.stale_pairs(obs, {"src/a.py": 1}, shown, "src/a.py r12 changed") == (1, 1)
+    assert measures.stale_pairs(obs, {"src/a.py": 1}, shown, "src/a.py r12 changed") == (1, 1)
     # no write after the read: nothing superseded
-    assert metrics.stale_pairs(obs, {"src/a.py": 0}, shown, "...") == (0, 0)
+    assert measures.stale_pairs(obs, {"src/a.py": 0}, shown, "...") == (0, 0)
     # two writes later both observations are superseded
-    assert metrics.stale_pairs(obs, {"src/a.py": 2}, shown, "...") == (2, 2)
+    assert measures.stale_pairs(obs, {"src/a.py": 2}, shown, "...") == (2, 2)
 
 
 def test_names_write_forms() -> None:
     for text in ("src/a.py r3", "src/a.py@r3", "src/a.py (revision 3)", "see src/a.py revision 3."):
-        assert metrics.names_write(text, "src/a.py", [3])
-    assert not metrics.names_write("src/a.py r31", "src/a.py", [3])
-    assert not metrics.names_write("src/a.py", "src/a.py", [3])
+        assert measures.names_write(text, "src/a.py", [3])
+    assert not measures.names_write("src/a.py r31", "src/a.py", [3])
+    assert not measures.names_write("src/a.py", "src/a.py", [3])
 
 
 def test_identifiers_rule() -> None:
     text = ("Let me open pydicom/config.py at line 42 and check DataElement, os.path.join, get_value, "
             "__init__ and isEmpty. Then sed -n '120,140p' /testbed/src/x.py; see setup.py:88 e.g. a/b "
             "line 3 x_ IOError")
-    ids = metrics.identifiers(text)
+    ids = measures.identifiers(text)
     for want in ("pydicom/config.py", "/testbed/src/x.py", "setup.py", "DataElement", "os.path.join", "get_value",
                  "__init__", "isEmpty", "IOError", "#42", "#120", "#140", "#88", "a/b"):
         assert want in ids, want
@@ -101,23 +101,23 @@ def test_identifiers_rule() -> None:
 
 
 def test_contains_identifier_whole_tokens() -> None:
-    assert metrics.contains_identifier("call get_value()", "get_value")
-    assert not metrics.contains_identifier("call get_values()", "get_value")
-    assert metrics.contains_identifier("/testbed/pydicom/config.py", "pydicom/config.py")
-    assert metrics.contains_identifier("   42 | x", "#42")
-    assert not metrics.contains_identifier("1420", "#42")
+    assert measures.contains_identifier("call get_value()", "get_value")
+    assert not measures.contains_identifier("call get_values()", "get_value")
+    assert measures.contains_identifier("/testbed/pydicom/config.py", "pydicom/config.py")
+    assert measures.contains_identifier("   42 | x", "#42")
+    assert not measures.contains_identifier("1420", "#42")
 
 
 def test_grounding_candidates_and_hits() -> None:
     history = "task: fix parse_header in src/reader.py\n... DataSet loaded; line 57 fails"
     root = "You may use bash. Never edit setup.py. parse_header is mentioned in the root too? no"
     nxt = "I'll edit src/reader.py line 57 in parse_header, using DataSet and new_helper"
-    cands = metrics.grounding_candidates(nxt, history, root="You may use bash.")
+    cands = measures.grounding_candidates(nxt, history, root="You may use bash.")
     assert cands == ["#57", "DataSet", "parse_header", "src/reader.py"]  # new_helper never appeared
-    assert "parse_header" not in metrics.grounding_candidates(nxt, history, root)  # the root holds it
+    assert "parse_header" not in measures.grounding_candidates(nxt, history, root)  # the root holds it
     request = "src/reader.py ... parse_header"
-    assert metrics.grounding_hits(cands, request) == (2, 2)
-    assert metrics.grounding_hits(cands, request, ["line 57: DataSet(...)"]) == (2, 4)
+    assert measures.grounding_hits(cands, request) == (2, 2)
+    assert measures.grounding_hits(cands, request, ["line 57: DataSet(...)"]) == (2, 4)
 
 
 def _record(call: int, tokens: int, cached: int, **kw) -> CallRecord:
@@ -157,7 +157,7 @@ def test_stale_items_checks_the_manifest_item_not_the_text() -> None:
     """Eq. 7 per item (issue 11): a superseded observation in the request counts unless its
     manifest item says historical naming a write past the revision read."""
     from app.domain.manifest import Item, Representation
-    from app.eval.metrics import Observation, stale_items
+    from ctxd_tools.eval.measures import Observation, stale_items
 
     def item(call_id: str, zone: str | None, state: str, superseded_by: tuple[str, ...] = (), why: str = "") -> Item:
         return Item(seq=1, event_id=call_id, kind="tool_result", representation=Representation.VERBATIM, why=why,

@@ -1,5 +1,5 @@
 """Seed 000's notebooks 4.1-4.4, reproduced by ctxd's own domain code on synthetic
-sessions counted by the unit-token profile (app/eval/synthetic.py). Exact numbers.
+sessions counted by the unit-token profile (ctxd_tools/eval/synthetic.py). Exact numbers.
 
 Not tested: section 4.9's 167,000 (the stated parameters give 159,000)."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from app.domain.budget import Budget
 from app.domain.layout import Conversation, LeafMessage
-from app.eval.metrics import names_write
-from app.eval.synthetic import (
+from ctxd_tools.eval.measures import names_write
+from ctxd_tools.eval.synthetic import (
     SeedParams,
     UnitMeter,
     compaction_cycle_turns,

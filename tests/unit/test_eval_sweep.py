@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.cli import sweep_policies
-from app.eval.policies import SweepSetting, get_policy
-from app.eval.report import sweep_rows
+from ctxd_tools.eval.policies import SweepSetting, get_policy
+from ctxd_tools.eval.report import sweep_rows
 
 
 def test_setting_names_round_trip_and_validate() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.miniswe import (
+from ctxd_tools.miniswe import (
     BASH_TOOL,
     ModelCall,
     PostEvents,

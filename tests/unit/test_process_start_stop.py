@@ -1,5 +1,5 @@
-"""The one start/ready/stop of the processes ctxd's tools and tests run (app/native.py
-``wait_ready``, ``stop``; used by ``ctxd bench --http``, ``app.native.Ctxd``, the Prometheus
+"""The one start/ready/stop of the processes ctxd's tools and tests run (ctxd_tools/native_stack.py
+``wait_ready``, ``stop``; used by ``ctxd bench --http``, ``ctxd_tools.native_stack.Ctxd``, the Prometheus
 fixture and tests/in_thread.py): real processes, a real loopback HTTP server."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.native import NativeStackError, free_port, stop, wait_ready
+from ctxd_tools.native_stack import NativeStackError, free_port, stop, wait_ready
 
 
 @pytest.fixture()

@@ -27,7 +27,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.native import free_port
 from app.tokenizers.segments import (
     LocalLRUCache,
     RedisTokenCache,
@@ -38,6 +37,7 @@ from app.tokenizers.segments import (
     tokenizer_fingerprint,
     unpack_ids,
 )
+from ctxd_tools.native_stack import free_port
 from tests.traces import TRACES_DIR
 
 FAST_TRACES = [

@@ -35,7 +35,7 @@ def message(seq: int, text: str) -> MessageEvent:
     return MessageEvent(seq=seq, event_id=f"u{seq}", role="user", content=text, handle=f"{seq:064x}")
 
 
-CORPUS = tuple(json.loads(resources.files("app.eval").joinpath("corpus/instructions.json").read_text())["instructions"])
+CORPUS = tuple(json.loads(resources.files("ctxd_tools.eval").joinpath("corpus/instructions.json").read_text())["instructions"])
 NOT_INSTRUCTIONS = (
     "Thanks, that works now!", "What does this function return?", "Here is the error I get:", "Looks good.",
     "hmm", "Can you explain the output?", "It printed 42.", "Why is it slow?", "The test failed.",

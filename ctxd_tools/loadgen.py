@@ -3,7 +3,7 @@
 Locust (``loadtests/locustfile.py``) measures throughput; the fault tests need more than
 statistics: which requests failed and how, when each was sent, and every event id the
 server acknowledged. :class:`Agents` replays real mini-swe-agent trajectories as
-``ctxd replay`` does (``app.adapters.miniswe.replay_plan``), each agent a thread with its
+``ctxd replay`` does (``ctxd_tools.miniswe.replay_plan``), each agent a thread with its
 own httpx clients, and keeps one :class:`Outcome` per HTTP request.
 
 * Routing over several servers (``bases``): ``pinned`` (a session always goes to the
@@ -98,7 +98,7 @@ class Agents:
     in_flight: int = 0
 
     def __post_init__(self) -> None:
-        from app.adapters.miniswe import load_trajectory, replay_plan, session_create_body
+        from ctxd_tools.miniswe import load_trajectory, replay_plan, session_create_body
 
         if self.routing not in ("pinned", "random"):
             raise ValueError(f"routing must be 'pinned' or 'random', got {self.routing!r}")
@@ -207,7 +207,7 @@ class Agents:
 
     def _replay(self, plan: _Plan, clients: dict[str, Any], home: str, rng: random.Random) -> str:
         """Replay ``plan`` into a new session: "ok", "failed" (an error status) or "transport"."""
-        from app.adapters.miniswe import ModelCall, PostEvents
+        from ctxd_tools.miniswe import ModelCall, PostEvents
 
         resp = self._send("session", clients, home, rng, "POST", "/v1/sessions", json=plan.create)
         if resp is None or resp.status_code != 201:

@@ -6,7 +6,7 @@ its model. Every run counts with the same profile meter (tokenizer + chat templa
 predicts prefix reuse with the same cache model, so the numbers compare directly.
 
 * ``append``: the whole transcript as the agent sent it
-  (:func:`app.adapters.miniswe.transcript_messages`: the tool messages' recorded
+  (:func:`ctxd_tools.miniswe.transcript_messages`: the tool messages' recorded
   ``content``, observation wrapper and 10k-character cuts included, and the assistant
   reasoning the reasoner traces resent), rendered with the profile's chat template and
   tools and counted exactly on the profile's tokenizer and segment cache, prefix reuse by
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
-from app.adapters import miniswe
 from app.domain.compaction.record import call_text, render_record
 from app.domain.layout import Conversation, LeafMessage, LeafToolCall, canonical_tools
 from app.domain.manifest import InvalidationReport, Item
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
+from ctxd_tools import miniswe
 
 if TYPE_CHECKING:
     from app.tokenizers.hf import HFChatMeter
@@ -51,7 +51,7 @@ def _new_memo() -> Any:
 
 
 def _new_shell_states() -> Any:
-    from app.bench import server_shell_states
+    from ctxd_tools.bench import server_shell_states
 
     return server_shell_states()
 

@@ -67,7 +67,7 @@ Summary (``--summary``; issue 2)
 --------------------------------
 Over every shared trace with profile ``qwen3``: the request tokens ctxd serves (window
 policy) against the append-only transcript the agent actually sent
-(:func:`app.adapters.miniswe.transcript_messages` for each call, rendered with the
+(:func:`ctxd_tools.miniswe.transcript_messages` for each call, rendered with the
 profile's chat template and mini-swe-agent's ``bash`` tool, counted exactly with one
 ``apply_chat_template``), both summed over all model calls; the number of requests that
 had to elide turns (manifest ``elided`` non-empty); and the warm/cold/naive GET latency
@@ -95,7 +95,7 @@ from app.domain.ports import Measurement, TokenMeter
 from app.tokenizers.hf import HFChatMeter, template_messages
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import Profile
-from app.traces import traces_dir
+from ctxd_tools.traces import traces_dir
 
 __all__ = [
     "BANDS",
@@ -409,7 +409,7 @@ def replay(h: Harness, traj: Any, meters: Any, profile: str, *, limit: int | Non
     each GET's statements and bytes written are recorded too (``Harness.timed_get``: the
     WAL is checkpointed around it, which moves its time, so such a replay is not timed).
     ``session`` (a list) receives the session id."""
-    from app.adapters.miniswe import ModelCall, PostEvents, replay_plan, session_create_body
+    from ctxd_tools.miniswe import ModelCall, PostEvents, replay_plan, session_create_body
 
     sid = h.create_session(session_create_body(traj, profile=profile))
     if session is not None:
@@ -598,9 +598,9 @@ def run_bench(trace: str | Path | None = None, *, profile: str = DEFAULT_PROFILE
             return run_bench(trace, profile=profile, repeat=repeat, progress=progress,
                              template_reference=template_reference, io_stats=io_stats, h=own)
 
-    from app.adapters.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
     from app.tokenizers.hf import openai_to_template_messages
     from app.tokenizers.segments import LocalLRUCache
+    from ctxd_tools.miniswe import ModelCall, PostEvents, load_trajectory, replay_plan, session_create_body
 
     path = Path(trace) if trace is not None else default_trace()
     traj = load_trajectory(path)
@@ -774,9 +774,9 @@ def run_summary(directory: Path | None = None, *, profile: str = SUMMARY_PROFILE
         with harness() as own:
             return run_summary(directory, profile=profile, progress=progress, latency=latency, h=own)
 
-    from app.adapters.miniswe import BASH_TOOL, ModelCall, load_trajectory, replay_plan, transcript_messages
     from app.tokenizers.hf import openai_to_template_messages
     from app.tokenizers.segments import LocalLRUCache
+    from ctxd_tools.miniswe import BASH_TOOL, ModelCall, load_trajectory, replay_plan, transcript_messages
 
     directory = directory or traces_dir()
     files = sorted(directory.glob("*.traj.json"))

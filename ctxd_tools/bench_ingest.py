@@ -75,7 +75,7 @@ def synthetic_batches(n_events: int, *, seed: int = 0) -> Iterator[list[dict[str
 def _window_stats(samples: list[tuple[int, float]], *, first: int, count: int) -> dict[str, Any]:
     """p50/p95 (ms) of ``count`` POSTs starting at index ``first`` of ``samples``
     ((last seq after the POST, seconds))."""
-    from app.bench import _stats_ms
+    from ctxd_tools.bench import _stats_ms
 
     chosen = samples[first:first + count]
     stats = _stats_ms([s for _, s in chosen])
@@ -90,7 +90,7 @@ def run_ingest(*, n_events: int = 10_000, window: int = 25, seed: int = 0, progr
     Returns ``{"events", "posts", "window", "start": {n, from_event, to_event, p50_ms,
     p95_ms}, "end": {...}, "checkpoints": [{"event", ...}], "ratio_end_over_start",
     "target": {"required", "met"}, "series": [[last_seq, ms], ...]}``. Raises BenchError."""
-    from app.bench import BenchError, _Bar, harness
+    from ctxd_tools.bench import BenchError, _Bar, harness
 
     if n_events < 20 or window < 1:
         raise BenchError("--ingest-events must be at least 20 and the window at least 1")
@@ -149,7 +149,7 @@ def print_ingest(result: dict[str, Any], *, file: TextIO | None = None) -> None:
     from rich import box
     from rich.table import Table
 
-    from app.bench import _console, _ms, _x
+    from ctxd_tools.bench import _console, _ms, _x
 
     console = _console(file)
     t = Table(title=f"POST latency along a synthetic session ({result['events']:,} events, {result['posts']:,} POSTs)",

@@ -52,7 +52,7 @@ from app.domain.layout import Conversation, LeafMessage
 from app.domain.ports import Measurement
 from app.domain.prefix import CacheModel, PrefixState, predict_reuse
 from app.domain.types import Contract, Event, MessageEvent, Session, ToolCall, ToolResultEvent
-from app.eval.metrics import DEFAULT_PRICES, Prices, cost_usd
+from ctxd_tools.eval.measures import DEFAULT_PRICES, Prices, cost_usd
 
 __all__ = [
     "SeedParams",
@@ -428,7 +428,7 @@ def notebook_4_4(p: SeedParams = SeedParams(), *, artifact: str = "src/pool.py")
     """Token accounting for invalidation: the 47,000-token selected request with an
     850-token r17 excerpt at the start of the trunk; the leaf held fixed. Each edit is
     measured and its reuse predicted against the baseline request. The marker and the
-    notice name the write (``"{artifact} r18"``, see :func:`app.eval.metrics.names_write`);
+    notice name the write (``"{artifact} r18"``, see :func:`ctxd_tools.eval.measures.names_write`);
     their readable words are framing (0 tokens), their sizes their unit tokens."""
     meter = UnitMeter()
     model = CacheModel.vllm_blocks(1)

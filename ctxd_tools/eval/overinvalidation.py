@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.adapters import miniswe
 from app.domain.invalidation import UNKNOWN_KIND, ArtifactLedger, build_graph, over_invalidation
 from app.domain.types import ArtifactWriteEvent, Binding, ToolResultEvent
+from ctxd_tools import miniswe
 
 __all__ = ["domain_events", "measure"]
 

@@ -1,5 +1,5 @@
 """Standing instructions for the evaluation (``ctxd eval --inject-instructions``): the corpus
-shipped in ``app/eval/corpus/instructions.json`` and their injection into recorded
+shipped in ``ctxd_tools/eval/corpus/instructions.json`` and their injection into recorded
 trajectories.
 
 A user of an interactive agent speaks during the work ("from now on, don't ...", "the CI box
@@ -8,7 +8,7 @@ has no network"). Batch trajectories hold no such message, so the evaluation ins
 model calls at a quarter, half and three quarters of a trajectory's calls (after the tool
 result the previous call produced), the instructions picked from the corpus by the
 trajectory's name (deterministic, different traces get different ones). Every later request
-must hold each instruction verbatim (instruction retention, :mod:`app.eval.metrics`).
+must hold each instruction verbatim (instruction retention, :mod:`ctxd_tools.eval.measures`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from app.adapters import miniswe
+from ctxd_tools import miniswe
 
 __all__ = ["INJECTION_POINTS", "corpus", "inject_instructions", "injected_texts"]
 
@@ -31,7 +31,7 @@ INJECTION_POINTS = (0.25, 0.5, 0.75)
 @cache
 def corpus() -> tuple[str, ...]:
     """The standing instructions of the shipped corpus, in file order."""
-    raw = resources.files("app.eval").joinpath("corpus/instructions.json").read_text(encoding="utf-8")
+    raw = resources.files("ctxd_tools.eval").joinpath("corpus/instructions.json").read_text(encoding="utf-8")
     return tuple(str(t) for t in json.loads(raw)["instructions"])
 
 

@@ -12,7 +12,7 @@ service function :func:`app.services.messages.ingest_messages`, positions append
 request is assembled (``GET /request``'s :func:`app.services.requests.assemble_request`).
 Per call: tokens, predicted cached tokens, whether a pass ran, and what the user said that the
 request still holds verbatim: every marked instruction of an earlier message, and every
-earlier typed user message of at most :data:`app.eval.metrics.SHORT_USER_CHARS` characters.
+earlier typed user message of at most :data:`ctxd_tools.eval.measures.SHORT_USER_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.eval import metrics
+from ctxd_tools.eval import measures
 
 __all__ = ["InteractiveCall", "InteractiveSession", "discover_sessions", "interactive_dir", "load_session",
            "replay_session", "run_interactive", "summarize_calls"]
@@ -48,7 +48,7 @@ class InteractiveSession:
 
 def interactive_dir() -> Path:
     """The shared ``interactive/`` traces next to the shared mini-swe-agent traces."""
-    from app.traces import traces_dir
+    from ctxd_tools.traces import traces_dir
 
     return traces_dir().parent / "interactive"
 
@@ -116,7 +116,7 @@ def _typed(m: dict[str, Any]) -> bool:
 def replay_session(session: InteractiveSession, ctx: Any, *, policy: str = "select",
                    on_call: Callable[[int], None] | None = None) -> list[InteractiveCall]:
     """Replay ``session`` through the service functions (module docstring) on ``ctx`` (an
-    :class:`app.eval.policies.EvalContext`)."""
+    :class:`ctxd_tools.eval.policies.EvalContext`)."""
     from app.api.schemas import validated_messages
     from app.services import sessions as session_service
     from app.services.messages import ingest_messages
@@ -140,10 +140,10 @@ def replay_session(session: InteractiveSession, ctx: Any, *, policy: str = "sele
         assembled = assemble_request(ctx.session_factory, ctx.profiles, ctx.meters, sid, fmt="openai",
                                      memo=ctx.memo, policy=policy)
         body = assembled.request
-        text = metrics.request_text(body["messages"], body.get("tools"))
+        text = measures.request_text(body["messages"], body.get("tools"))
         wanted = [t for i, t in session.instructions if i < index]
         shorts = [str(m["content"]) for m in session.messages[:index]
-                  if _typed(m) and 0 < len(str(m.get("content") or "")) <= metrics.SHORT_USER_CHARS]
+                  if _typed(m) and 0 < len(str(m.get("content") or "")) <= measures.SHORT_USER_CHARS]
         missing = [t for t in wanted if t not in text]
         manifest = assembled.manifest
         out.append(InteractiveCall(
@@ -152,7 +152,7 @@ def replay_session(session: InteractiveSession, ctx: Any, *, policy: str = "sele
             compaction_pass=assembled.assembly.evicted_now > 0, pass_over_target=assembled.assembly.over_target,
             held=assembled.assembly.held is not None, instructions_total=len(wanted),
             instructions_kept=len(wanted) - len(missing), short_user_total=len(shorts),
-            short_user_kept=metrics.constraint_hits(text, shorts), missing=missing))
+            short_user_kept=measures.constraint_hits(text, shorts), missing=missing))
         if on_call is not None:
             on_call(1)
     return out
@@ -165,15 +165,15 @@ def summarize_calls(calls: Sequence[InteractiveCall]) -> dict[str, Any]:
     passes = sum(1 for c in calls if c.compaction_pass)
     return {
         "calls": len(calls), "input_tokens": inp, "cached_tokens": cached,
-        "reuse_ratio": metrics.reuse_ratio(cached, inp), "passes": passes,
+        "reuse_ratio": measures.reuse_ratio(cached, inp), "passes": passes,
         "passes_per_call": passes / len(calls) if calls else None,
         "passes_held": sum(1 for c in calls if c.held),
         "passes_above_t_lo": sum(1 for c in calls if c.compaction_pass and c.pass_over_target),
         "instruction_pairs": sum(c.instructions_total for c in calls),
-        "instruction_retention": metrics.retention_fraction(sum(c.instructions_kept for c in calls),
+        "instruction_retention": measures.retention_fraction(sum(c.instructions_kept for c in calls),
                                                             sum(c.instructions_total for c in calls)),
         "short_user_pairs": sum(c.short_user_total for c in calls),
-        "short_user_retention": metrics.retention_fraction(sum(c.short_user_kept for c in calls),
+        "short_user_retention": measures.retention_fraction(sum(c.short_user_kept for c in calls),
                                                            sum(c.short_user_total for c in calls)),
         "missing": sorted({t for c in calls for t in c.missing}),
     }
@@ -184,7 +184,7 @@ def run_interactive(paths: Sequence[str | Path], *, profile: str = "qwen3", poli
     """Replay every session in this process on a temporary database; returns
     ``{"profile", "policy", "sessions": {name: totals}, "total": totals, "calls": {name:
     [per call]}, "seconds"}``."""
-    from app.eval.replay import _progress, make_context
+    from ctxd_tools.eval.replay import _progress, make_context
 
     files = discover_sessions(paths)
     sessions = [load_session(f) for f in files]

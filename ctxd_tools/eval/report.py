@@ -14,8 +14,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from app.eval import metrics
-from app.eval.replay import CallRecord, EvalRun
+from ctxd_tools.eval import measures
+from ctxd_tools.eval.replay import CallRecord, EvalRun
 
 __all__ = ["KEYS", "build_results", "summarize", "write_report"]
 
@@ -28,7 +28,7 @@ KEYS = ("calls", "input_tokens", "cached_tokens", "uncached_tokens", "reuse_rati
 PROVIDER_KEYS = ("prompt_tokens", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens", "cost")
 
 
-def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_input: int | None) -> dict[str, Any]:
+def summarize(records: Sequence[CallRecord], prices: measures.Prices, reference_input: int | None) -> dict[str, Any]:
     """One total or trace entry over ``records`` (see module docstring).
 
     ``reference_input``: the append policy's input tokens over the same calls (eq. 9's
@@ -45,14 +45,14 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         "input_tokens": inp,
         "cached_tokens": cached,
         "uncached_tokens": uncached,
-        "reuse_ratio": metrics.reuse_ratio(cached, inp),
-        "cost_usd": metrics.cost_usd(uncached, cached, prices),
-        "compression_ratio": metrics.compression_ratio(reference_input, inp) if reference_input is not None else None,
+        "reuse_ratio": measures.reuse_ratio(cached, inp),
+        "cost_usd": measures.cost_usd(uncached, cached, prices),
+        "compression_ratio": measures.compression_ratio(reference_input, inp) if reference_input is not None else None,
         "over_limit": sum(1 for r in records if r.over_limit),
-        "constraint_retention": metrics.retention_fraction(sum(r.constraints_retained for r in records), pairs),
+        "constraint_retention": measures.retention_fraction(sum(r.constraints_retained for r in records), pairs),
         # what the user said: (request, instruction) pairs kept verbatim over all pairs, and the
         # same for the user's short messages (None when no request followed one)
-        "instruction_retention": metrics.retention_fraction(sum(r.instructions_kept for r in records),
+        "instruction_retention": measures.retention_fraction(sum(r.instructions_kept for r in records),
                                                             sum(r.instructions_total for r in records)),
         "instruction_pairs": sum(r.instructions_total for r in records),
         # results marked possibly_stale by a command ctxd does not know that named their artifact:
@@ -60,7 +60,7 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
         "possibly_stale_marks": sum(r.possibly_stale for r in records),
         "possibly_stale_per_call": (sum(r.possibly_stale for r in records) / len(records)) if records else None,
         "possibly_stale_tokens": sum(r.possibly_stale_tokens for r in records),
-        "short_user_retention": metrics.retention_fraction(sum(r.short_user_kept for r in records),
+        "short_user_retention": measures.retention_fraction(sum(r.short_user_kept for r in records),
                                                            sum(r.short_user_total for r in records)),
         "pair_errors": sum(r.pair_errors for r in records),
         "stale_support": stale,
@@ -99,7 +99,7 @@ def summarize(records: Sequence[CallRecord], prices: metrics.Prices, reference_i
     return out
 
 
-def build_results(run: EvalRun, prices: metrics.Prices, profile_info: dict[str, Any]) -> dict[str, Any]:
+def build_results(run: EvalRun, prices: measures.Prices, profile_info: dict[str, Any]) -> dict[str, Any]:
     """The results.json document: ``{"profile", "policies": {p: {"total", "traces"}},
     "provider": {"total", "traces"}, ...}``."""
     reference: dict[str, int] = {}
@@ -124,7 +124,7 @@ def build_results(run: EvalRun, prices: metrics.Prices, profile_info: dict[str, 
     provider_traces = {t: {k: run.result(first, t).provider[k] for k in (*PROVIDER_KEYS, "calls_with_usage", "model")}
                        for t in run.traces}
     provider_total: dict[str, Any] = {k: sum(v[k] for v in provider_traces.values()) for k in (*PROVIDER_KEYS, "calls_with_usage")}
-    provider_total["reuse_ratio"] = metrics.reuse_ratio(provider_total["prompt_cache_hit_tokens"],
+    provider_total["reuse_ratio"] = measures.reuse_ratio(provider_total["prompt_cache_hit_tokens"],
                                                         provider_total["prompt_tokens"])
     return {
         "profile": run.profile,
@@ -153,7 +153,7 @@ def sweep_rows(policies: dict[str, Any], info: dict[str, Any]) -> list[dict[str,
     passes per call (overall and the largest on a trace of 20 calls or more), requests over
     input_limit and constraint retention; ``optimum`` marks the cheapest row whose
     grounding is at least 0.95."""
-    from app.eval.policies import SweepSetting
+    from ctxd_tools.eval.policies import SweepSetting
 
     limit = int(info.get("input_limit") or 0)
     rows = []
@@ -384,7 +384,7 @@ def _showcase(run: EvalRun) -> str:
     return max(run.traces, key=lambda t: (len(run.result(first, t).calls), t))
 
 
-def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.Prices) -> list[str]:
+def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: measures.Prices) -> list[str]:
     """input_by_role.png, request_length.png, cumulative_cost.png; returns their paths."""
     import matplotlib
 
@@ -453,7 +453,7 @@ def write_plots(run: EvalRun, out: Path, info: dict[str, Any], prices: metrics.P
         acc, ys = 0.0, []
         for t in run.traces:
             for c in run.result(p, t).calls:
-                acc += metrics.cost_usd(c.uncached_tokens, c.cached_tokens, prices)
+                acc += measures.cost_usd(c.uncached_tokens, c.cached_tokens, prices)
                 ys.append(acc)
         ax.plot(range(1, len(ys) + 1), ys, label=f"{p} (\\${acc:,.2f})", color=POLICY_COLORS.get(p),
                 ls=POLICY_STYLES.get(p, "-"), lw=1.5)
@@ -478,15 +478,15 @@ def profile_info(profile_name: str) -> dict[str, Any]:
             "cache": dict(profile.cache), "prices": dict(profile.prices)}
 
 
-def default_prices(info: dict[str, Any], uncached: float | None, cached: float | None) -> metrics.Prices:
+def default_prices(info: dict[str, Any], uncached: float | None, cached: float | None) -> measures.Prices:
     """CLI prices, else the profile's, else $3 / $0.30 per million."""
     p = info.get("prices") or {}
-    return metrics.Prices(
-        uncached=uncached if uncached is not None else float(p.get("input_usd_per_mtok", metrics.DEFAULT_PRICES.uncached)),
-        cached=cached if cached is not None else float(p.get("cached_input_usd_per_mtok", metrics.DEFAULT_PRICES.cached)))
+    return measures.Prices(
+        uncached=uncached if uncached is not None else float(p.get("input_usd_per_mtok", measures.DEFAULT_PRICES.uncached)),
+        cached=cached if cached is not None else float(p.get("cached_input_usd_per_mtok", measures.DEFAULT_PRICES.cached)))
 
 
-def write_report(run: EvalRun, out: str | Path, *, prices: metrics.Prices | None = None,
+def write_report(run: EvalRun, out: str | Path, *, prices: measures.Prices | None = None,
                  info: dict[str, Any] | None = None, plots: bool = True) -> dict[str, Any]:
     """Write results.json, calls.jsonl, report.md and the PNG plots into ``out``
     (created if missing). Returns the results document."""
@@ -500,7 +500,7 @@ def write_report(run: EvalRun, out: str | Path, *, prices: metrics.Prices | None
         for r in run.results:
             for c in r.calls:
                 row = {"policy": r.policy, "trace": r.trace, **c.__dict__}
-                row["cost_usd"] = metrics.cost_usd(c.uncached_tokens, c.cached_tokens, prices)
+                row["cost_usd"] = measures.cost_usd(c.uncached_tokens, c.cached_tokens, prices)
                 fh.write(json.dumps(row) + "\n")
     pngs = write_plots(run, out, info, prices) if plots else []
     (out / "report.md").write_text(render_markdown(results, pngs), encoding="utf-8")

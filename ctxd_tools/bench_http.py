@@ -66,8 +66,8 @@ def serve(*, data_dir: Path | None = None, env: dict[str, str] | None = None, lo
 
     Raises BenchError when it exits early, is not ready within ``ready_timeout`` seconds,
     or does not stop within 30 s of SIGTERM (it is then killed)."""
-    from app.bench import BenchError
-    from app.native import NativeStackError, free_port, stop, wait_ready
+    from ctxd_tools.bench import BenchError
+    from ctxd_tools.native_stack import NativeStackError, free_port, stop, wait_ready
 
     with tempfile.TemporaryDirectory(prefix="ctxd-serve-") as tmp:
         port = free_port()
@@ -137,8 +137,8 @@ def _replay_http(client: Any, traj: Any, profile: str, *, limit: int | None = No
                  advance: Any = None) -> tuple[list[dict[str, Any]], list[tuple[int, float]]]:
     """Replay ``traj`` over HTTP into a new session. Returns (one record per GET: call,
     tokens, http_s, naive_s, naive_tokens; one (POST index, seconds) per POST)."""
-    from app.adapters.miniswe import ModelCall, PostEvents, replay_plan, session_create_body
-    from app.bench import BenchError
+    from ctxd_tools.bench import BenchError
+    from ctxd_tools.miniswe import ModelCall, PostEvents, replay_plan, session_create_body
 
     def check(r: Any) -> Any:
         if r.status_code >= 400:
@@ -182,7 +182,7 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
     Returns ``{"trace", "profile", "watermarks", "url", "repeat", "calls_per_replay",
     "bands", "all", "targets", "posts": {...}, "checks": {...}, "calls"}`` (``watermarks``:
     ``{"t_hi", "t_lo", "raised"}`` as served, tokens). Raises BenchError."""
-    from app.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace, in_band
+    from ctxd_tools.bench import BANDS, BenchError, _Bar, _group_modes, _posts_along, default_trace, in_band
     if url is None:
         with tempfile.TemporaryDirectory(prefix="ctxd-bench-profiles-") as tmp:
             env: dict[str, str] = {}
@@ -206,10 +206,10 @@ def run_http(trace: str | Path | None = None, *, profile: str = HTTP_PROFILE, re
 
     import httpx
 
-    from app.adapters.miniswe import ModelCall, load_trajectory, replay_plan
     from app.tokenizers.hf import HFChatMeter, openai_to_template_messages
     from app.tokenizers.loading import MeterRegistry
     from app.tokenizers.profiles import ProfileRegistry, load_profiles
+    from ctxd_tools.miniswe import ModelCall, load_trajectory, replay_plan
 
     if repeat < 1:
         raise BenchError("--repeat must be at least 1")
@@ -283,10 +283,10 @@ def server_timing(header: str) -> dict[str, float]:
 
 
 def _steps_over_http(gets: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per target band and over all GETs (:func:`app.bench.step_figures`): p50 ms of the
+    """Per target band and over all GETs (:func:`ctxd_tools.bench.step_figures`): p50 ms of the
     server's load, plan and save (Server-Timing), and of the rest of the client's wall time
     (``outside``)."""
-    from app.bench import PHASES, step_figures
+    from ctxd_tools.bench import PHASES, step_figures
 
     timed = [(g["tokens"], g["http_s"] * 1e3, g["server_ms"]) for g in gets if g.get("server_ms")]
     return step_figures([(tokens, ms, {**steps, "outside": ms - sum(steps.get(s, 0.0) for s in PHASES)})
@@ -299,7 +299,7 @@ def print_http(result: dict[str, Any], *, file: TextIO | None = None) -> None:
     from rich import box
     from rich.table import Table
 
-    from app.bench import PHASES, _console, _ms, _x, print_posts, print_steps
+    from ctxd_tools.bench import PHASES, _console, _ms, _x, print_posts, print_steps
 
     console = _console(file)
     marks = result["watermarks"]

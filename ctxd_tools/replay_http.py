@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.adapters.miniswe import (
+from ctxd_tools.miniswe import (
     DEFAULT_PROFILE,
     ModelCall,
     PostEvents,

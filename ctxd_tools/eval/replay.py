@@ -1,6 +1,6 @@
 """In-process replay of recorded trajectories under context policies (``ctxd eval``).
 
-For each (trace, policy) the replay walks :func:`app.adapters.miniswe.replay_plan`: it
+For each (trace, policy) the replay walks :func:`ctxd_tools.miniswe.replay_plan`: it
 posts the recorded events to the policy run and, wherever the real agent called its
 model, takes the policy's request and measures it (:class:`CallRecord`). No HTTP: the
 ``window`` and ``select`` runs call the same service functions the API routes call, on a
@@ -27,14 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.adapters import miniswe
 from app.adapters.bash_effects import command_of
 from app.domain.invalidation import ArtifactLedger
 from app.domain.manifest import InvalidationReport
-from app.eval import metrics
-from app.eval.instructions import inject_instructions, injected_texts
-from app.eval.policies import EvalContext, RequestView, get_policy
-from app.traces import resolve_trace, traces_dir
+from ctxd_tools import miniswe
+from ctxd_tools.eval import measures
+from ctxd_tools.eval.instructions import inject_instructions, injected_texts
+from ctxd_tools.eval.policies import EvalContext, RequestView, get_policy
+from ctxd_tools.traces import resolve_trace, traces_dir
 
 __all__ = ["CallRecord", "EvalRun", "TraceFacts", "TraceResult", "discover_traces", "replay_trace",
            "replay_trace_policies", "run_eval"]
@@ -48,7 +48,7 @@ class CallFacts:
     """Policy-independent facts at one model call."""
 
     index: int
-    observations: tuple[metrics.Observation, ...]  # every observation posted before the call
+    observations: tuple[measures.Observation, ...]  # every observation posted before the call
     revisions: dict[str, int]  # artifact -> revision at the call
     candidates: tuple[str, ...] | None  # grounding identifiers; None for a failed call
     #: standing instructions posted before the call: each must be verbatim in its request
@@ -80,8 +80,8 @@ class TraceFacts:
         # the history as the agent sent it: the last call's transcript, one text per message
         n_calls = len(traj.assistant_indexes) + (1 if traj.has_failed_final_call else 0)
         full = miniswe.transcript_messages(traj, n_calls - 1) if n_calls else []
-        texts = [metrics.request_text([m]) for m in full]
-        observations: list[metrics.Observation] = []
+        texts = [measures.request_text([m]) for m in full]
+        observations: list[measures.Observation] = []
         ledger = ArtifactLedger()  # the server's revisions: writes, and external changes revealed by content hashes
         revisions = ledger.revisions
         self.calls: list[CallFacts] = []
@@ -93,7 +93,7 @@ class TraceFacts:
                 for e in step.events:
                     if e["kind"] == "message" and e["role"] == "user":
                         instructions += [e["content"]] if e["content"] in injected else []
-                        short_user += [e["content"]] if len(e["content"]) <= metrics.SHORT_USER_CHARS else []
+                        short_user += [e["content"]] if len(e["content"]) <= measures.SHORT_USER_CHARS else []
                     if e["kind"] == "artifact_write":
                         ledger.write(e["artifact"], e.get("content_hash"))
                     elif e["kind"] == "tool_result":
@@ -104,12 +104,12 @@ class TraceFacts:
                             reads.append((r["artifact"], ledger.revision_of(
                                 r["artifact"], revision=r.get("revision"), range=r.get("range"),
                                 content_hash=r.get("content_hash"))))
-                        observations.append(metrics.Observation(e["call_id"], e["payload"], tuple(dict.fromkeys(reads))))
+                        observations.append(measures.Observation(e["call_id"], e["payload"], tuple(dict.fromkeys(reads))))
                 continue
             candidates: tuple[str, ...] | None = None
             if step.message_index is not None:
                 history = "\n".join(texts[: self._stop_position(step.index)])
-                candidates = tuple(metrics.grounding_candidates(_next_text(traj.messages[step.message_index]),
+                candidates = tuple(measures.grounding_candidates(_next_text(traj.messages[step.message_index]),
                                                                 history, self.root))
             self.calls.append(CallFacts(step.index, tuple(observations), dict(revisions), candidates,
                                         tuple(instructions), tuple(short_user)))
@@ -197,7 +197,7 @@ class TraceResult:
 
 
 def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str], call: miniswe.ModelCall) -> CallRecord:
-    """Every per-call metric of one request (module :mod:`app.eval.metrics`)."""
+    """Every per-call metric of one request (module :mod:`ctxd_tools.eval.measures`)."""
     usage = call.usage.prompt_tokens if call.usage is not None else None
     if view.error is not None:
         return CallRecord(call=call.index, failed_call=call.failed, input_tokens=0, cached_tokens=0, uncached_tokens=0,
@@ -205,15 +205,15 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
                           constraints_total=len(constraints), pair_errors=0, superseded=0, stale=0,
                           grounding_candidates=0, grounding_hits=0, grounding_via_handle_hits=0,
                           provider_prompt_tokens=usage, error=view.error)
-    text = metrics.request_text(view.messages, view.tools)
-    superseded, stale = metrics.stale_pairs(facts.observations, facts.revisions, metrics.tool_contents(view.messages), text)
+    text = measures.request_text(view.messages, view.tools)
+    superseded, stale = measures.stale_pairs(facts.observations, facts.revisions, measures.tool_contents(view.messages), text)
     cands = facts.candidates or ()
-    direct, via = metrics.grounding_hits(cands, text)
+    direct, via = measures.grounding_hits(cands, text)
     if via < len(cands):
-        direct, via = metrics.grounding_hits(cands, text, view.handle_texts(text))
-    in_record = sum(1 for c in cands if view.trunk_text and metrics.contains_identifier(view.trunk_text, c))
+        direct, via = measures.grounding_hits(cands, text, view.handle_texts(text))
+    in_record = sum(1 for c in cands if view.trunk_text and measures.contains_identifier(view.trunk_text, c))
     inv = view.invalidation or InvalidationReport()
-    per_item = stale if view.items is None else metrics.stale_items(facts.observations, facts.revisions, view.items)
+    per_item = stale if view.items is None else measures.stale_items(facts.observations, facts.revisions, view.items)
     marked = [i for i in (view.items or {}).values() if i.state == "possibly_stale"]
     return CallRecord(
         compaction_pass=view.compaction_pass, grounding_record_hits=in_record, pass_over_target=view.pass_over_target,
@@ -221,13 +221,13 @@ def measure_call(view: RequestView, facts: CallFacts, constraints: Sequence[str]
         replaced_tokens=inv.replaced_tokens, noticed=inv.noticed, notice_tokens=inv.notice_tokens,
         stale_tokens_kept=inv.stale_tokens_kept, **view.scratchpad,
         possibly_stale=len(marked), possibly_stale_tokens=sum(i.tokens or 0 for i in marked),
-        instructions_total=len(facts.instructions), instructions_kept=metrics.constraint_hits(text, facts.instructions),
-        short_user_total=len(facts.short_user), short_user_kept=metrics.constraint_hits(text, facts.short_user),
+        instructions_total=len(facts.instructions), instructions_kept=measures.constraint_hits(text, facts.instructions),
+        short_user_total=len(facts.short_user), short_user_kept=measures.constraint_hits(text, facts.short_user),
         call=call.index, failed_call=call.failed, input_tokens=view.total, cached_tokens=view.cached,
         uncached_tokens=view.total - view.cached, over_limit=view.total > view.input_limit,
         by_role=view.by_role, by_zone=view.by_zone,
-        constraints_retained=metrics.constraint_hits(text, constraints), constraints_total=len(constraints),
-        pair_errors=metrics.pair_errors(view.messages), superseded=superseded, stale=stale,
+        constraints_retained=measures.constraint_hits(text, constraints), constraints_total=len(constraints),
+        pair_errors=measures.pair_errors(view.messages), superseded=superseded, stale=stale,
         grounding_candidates=len(cands), grounding_hits=direct, grounding_via_handle_hits=via,
         provider_prompt_tokens=usage)
 
@@ -264,7 +264,7 @@ def replay_trace_policies(path: str | Path, policies: Sequence[str], ctx: EvalCo
                           on_call: Callable[[int], None] | None = None, *,
                           inject: bool = False) -> list[TraceResult]:
     """Replay one trajectory under each policy (the facts are computed once); ``inject``:
-    with standing instructions inserted (:func:`app.eval.instructions.inject_instructions`)."""
+    with standing instructions inserted (:func:`ctxd_tools.eval.instructions.inject_instructions`)."""
     traj = miniswe.load_trajectory(path)
     if inject:
         traj = inject_instructions(traj)
@@ -327,7 +327,7 @@ def _worker_task(path: str, policies: list[str], inject: bool = False) -> list[d
 
 def discover_traces(paths: Sequence[str | Path]) -> list[Path]:
     """Trajectory files: each path is looked up as ``ctxd replay`` and ``ctxd bench`` look up
-    theirs (:func:`app.traces.resolve_trace`: a path, else a file name in the shared traces
+    theirs (:func:`ctxd_tools.traces.resolve_trace`: a path, else a file name in the shared traces
     directory, the ``.traj.json`` suffix optional) and is a ``*.traj.json`` file or a folder
     searched for them (not recursively); no paths means the shared traces directory. Sorted
     by name; duplicates removed. Raises FileNotFoundError (TracesNotFound) for a name found
@@ -358,7 +358,7 @@ class EvalRun:
     workers: int
     calls_per_policy: int = 0
     notes: list[str] = field(default_factory=list)
-    over_invalidation: dict[str, Any] = field(default_factory=dict)  # app.eval.overinvalidation.measure
+    over_invalidation: dict[str, Any] = field(default_factory=dict)  # ctxd_tools.eval.overinvalidation.measure
 
     def result(self, policy: str, trace: str) -> TraceResult:
         for r in self.results:
@@ -371,7 +371,7 @@ def run_eval(paths: Sequence[str | Path], *, policies: Sequence[str], profile: s
              progress: bool = True, inject: bool = False) -> EvalRun:
     """Replay every trajectory under every policy; ``workers`` processes (1 = in this
     process); ``inject``: with standing instructions inserted into each
-    (:mod:`app.eval.instructions`). Raises ValueError for an unknown policy or profile."""
+    (:mod:`ctxd_tools.eval.instructions`). Raises ValueError for an unknown policy or profile."""
     for p in policies:
         get_policy(p)
     files = discover_traces(paths)
@@ -388,7 +388,7 @@ def run_eval(paths: Sequence[str | Path], *, policies: Sequence[str], profile: s
         else:
             results = _run_pool(tasks, list(policies), profile, db_dir, workers, advance, inject)
     results.sort(key=lambda r: (policies.index(r.policy), r.trace))
-    from app.eval.overinvalidation import measure
+    from ctxd_tools.eval.overinvalidation import measure
 
     return EvalRun(profile=profile, policies=list(policies), traces=[f.name for f in files], results=results,
                    seconds=time.perf_counter() - start, workers=max(1, workers),
