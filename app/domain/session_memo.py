@@ -85,7 +85,7 @@ class SessionMemo:
     message_tokens: tuple[tuple[LeafMessage, ...], tuple[int | None, ...], list[Item], list[Item], dict[int | None, int],
                           dict[tuple[int, int], tuple[Item, Item]]] | None = None
 
-    # -- the fold and eviction search (app.domain.assembly.search) --
+    # -- the fold and eviction search (app.domain.assembly.passes) --
     #: the last leaf measured for growth and its characters
     leaf_chars: tuple[tuple[LeafMessage, ...], int] | None = None
 

@@ -8,7 +8,7 @@ import dataclasses
 
 from app.api import deps
 from app.domain.assembly import assemble_window
-from app.domain.assembly.search import _leaf_size, _size
+from app.domain.assembly.passes import _leaf_size, _size
 from app.domain.budget import Budget
 from app.domain.compaction.fold import Fold, pinned_group
 from app.domain.compaction.watermarks import Watermarks

@@ -5,7 +5,7 @@ graph), :mod:`~app.domain.assembly.bounding` (tool outputs, documents and messag
 head + tail), :mod:`~app.domain.assembly.leaf` (leaf messages, the elision note, the
 conversation, invalidation in the leaf), :mod:`~app.domain.assembly.views` (what is kept
 per turn group in the session memo), :mod:`~app.domain.assembly.items` (manifest items),
-:mod:`~app.domain.assembly.search` (the fold and eviction search) and
+:mod:`~app.domain.assembly.passes` (the fold and eviction search) and
 :mod:`~app.domain.assembly.window` (:func:`assemble_window`, a short sequence of those
 phases). The names imported from ``app.domain.assembly`` are re-exported here.
 """

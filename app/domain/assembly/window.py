@@ -32,7 +32,7 @@ from app.domain.assembly.leaf import (
     folded_why,
     plan_roles,
 )
-from app.domain.assembly.search import _growth, pass_over_target, pass_without_progress
+from app.domain.assembly.passes import _growth, pass_over_target, pass_without_progress
 from app.domain.assembly.views import _bounded_results, _Front, _front, _ItemsLoop, _touched_groups
 from app.domain.budget import Budget, check_pinned
 from app.domain.compaction.fold import Fold, check_pass, choose_record, fold_bounds, fold_record
