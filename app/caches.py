@@ -159,3 +159,23 @@ def memoize(max_bytes: int, *, key: Callable[..., Hashable], sizeof: Callable[[A
         raise ValueError("max_bytes must be positive")
     return cachetools.cached(cachetools.LRUCache(maxsize=max_bytes, getsizeof=sizeof), key=key,
                              lock=threading.Lock())
+
+
+class SessionOwners:
+    """Which tenant owns which session, as the API's authorization found it
+    (app/api/auth.py, step 3): ``(tenant_id, session_id)`` pairs, least recently used dropped past ``max_bytes``. Only positive answers are kept
+    (an absent or foreign session is read again each time). Thread-safe."""
+
+    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
+        self._cache: ByteLRU[tuple[str, str], bool] = ByteLRU(
+            max_bytes, lambda key, _value: len(key[0]) + len(key[1]) + ENTRY_OVERHEAD)
+
+    def known(self, tenant_id: str, session_id: str) -> bool:
+        return self._cache.get((tenant_id, session_id)) is not None
+
+    def add(self, tenant_id: str, session_id: str) -> None:
+        self._cache.put((tenant_id, session_id), True)
+
+    def forget(self, tenant_id: str, session_id: str) -> None:
+        """Drop an entry (the session was deleted)."""
+        self._cache.pop((tenant_id, session_id))

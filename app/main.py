@@ -46,9 +46,11 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     offline_environment()
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    from app.caches import SessionOwners
     from app.services.payload_counts import Activity
 
     activity = Activity()  # requests in flight (RequestContext): the payload counts wait for idle
+    session_owners = SessionOwners()  # the API's authorization: which tenant owns which session
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -84,45 +86,38 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
 
             token_cache = LocalLRUCache(settings.local_cache_bytes)
         meter_registry = MeterRegistry(token_cache)
+        from app.services.app_state import AppState
+        from app.services.payload_counts import counter_for
         from app.services.ratelimits import TenantRateLimiter
-
-        app.state.rate_limiter = TenantRateLimiter(settings.rate_limit, redis_url=settings.redis_url)
-        app.state.token_cache = token_cache
-        app.state.settings = settings
-        app.state.engine = engine
-        app.state.session_factory = make_session_factory(engine)
-        app.state.read_factory = make_read_factory(engine)
-        app.state.memo = AssemblyMemo(max_bytes=settings.memo_bytes)
+        from app.services.requests import PlanWarmer
         from app.services.shell_inference import ShellStates
-
-        app.state.shell_states = ShellStates(settings.shell_state_bytes) if settings.shell_state_bytes else None
-        # an override of whether a compaction pass is due (app/services/requests.py PassDue):
-        # in-place tombstones wait for it. None: select's forecast from its watermarks
-        # (app/domain/compaction/forecast.py), the default signal.
-        app.state.pass_due = None
-        app.state.profiles = registry
-        app.state.meters = meter_registry
-        app.state.tokenizer_ready = threading.Event()
         from app.services.summarizer import CandidateStore, SummarizerConfig, SummaryJobs
 
-        app.state.summarizer = SummarizerConfig.from_settings(settings)
-        app.state.summaries = CandidateStore(settings.summary_outcome_bytes)
-        app.state.summary_jobs = SummaryJobs()  # in flight in this worker: a pass's GET waits for its fold's
-        app.state.summarizer_http = None
-        if app.state.summarizer is not None:
+        summarizer = SummarizerConfig.from_settings(settings)
+        summarizer_http = None
+        if summarizer is not None:
             import httpx
 
-            app.state.summarizer_http = httpx.Client()
-
-        app.state.tokenizer_error = None  # "<exception class>: <message>" when the load failed (/readyz)
-        from app.services.payload_counts import counter_for
-
-        # new tool outputs' token counts, after their POST, when this worker is idle
-        app.state.activity = activity
-        app.state.payload_counter = counter_for(app.state, activity)
-        from app.services.requests import PlanWarmer
-
-        warmer = app.state.warmer = PlanWarmer()  # a POST's warm-up of its session's next plan
+            summarizer_http = httpx.Client()
+        state = app.state.ctxd = AppState(
+            settings=settings, engine=engine, session_factory=make_session_factory(engine),
+            read_factory=make_read_factory(engine), profiles=registry, meters=meter_registry,
+            token_cache=token_cache, memo=AssemblyMemo(max_bytes=settings.memo_bytes),
+            shell_states=ShellStates(settings.shell_state_bytes) if settings.shell_state_bytes else None,
+            rate_limiter=TenantRateLimiter(settings.rate_limit, redis_url=settings.redis_url),
+            activity=activity,
+            # new tool outputs' token counts, after their POST, when this worker is idle; each
+            # count reads the state as it then is
+            payload_counter=counter_for(lambda: state, activity),
+            warmer=PlanWarmer(),  # a POST's warm-up of its session's next plan
+            summarizer=summarizer, summaries=CandidateStore(settings.summary_outcome_bytes),
+            summary_jobs=SummaryJobs(),  # in flight in this worker: a pass's GET waits for its fold's
+            summarizer_http=summarizer_http, session_owners=session_owners, ui_signer=ui_signer,
+            # an override of whether a compaction pass is due (app/services/requests.py PassDue):
+            # in-place tombstones wait for it. None: select's forecast from its watermarks
+            # (app/domain/compaction/forecast.py), the default signal.
+            pass_due=None)
+        warmer = state.warmer
 
         def warm() -> None:
             started = time.perf_counter()
@@ -132,7 +127,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
                 metrics.TOKENIZER_READY.set(1)
                 loaded = True
             except Exception as exc:
-                app.state.tokenizer_error = f"{type(exc).__name__}: {exc}"
+                state.tokenizer_error = f"{type(exc).__name__}: {exc}"
                 log.exception("could not load the default profile's tokenizer")
             finally:
                 if freeze_gc:  # before /readyz says ready: the start-up objects leave the collected generations
@@ -141,7 +136,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
                 if loaded:  # what /readyz says from now on (the port is bound by then: loading takes seconds)
                     log.info("ctxd ready: the tokenizer of profile %s loaded in %.1f s; /readyz answers 200",
                              settings.default_profile, time.perf_counter() - started)
-                app.state.tokenizer_ready.set()
+                state.tokenizer_ready.set()
 
         threading.Thread(target=warm, name="ctxd-tokenizer-warmup", daemon=True).start()
         stop_pruning = threading.Event()
@@ -152,7 +147,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             def prune() -> None:  # hourly manifest retention (issue 12)
                 while not stop_pruning.is_set():
                     try:
-                        with unit_of_work(app.state.session_factory) as db:
+                        with unit_of_work(state.session_factory) as db:
                             n = prune_manifests(db, retention_days=settings.manifest_retention_days)
                         if n:
                             log.info("manifest retention: %d manifest(s) deleted", n)
@@ -169,14 +164,15 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             yield
         finally:  # after uvicorn let the in-flight requests finish (--graceful-timeout)
             stop_pruning.set()
-            app.state.payload_counter.close()  # counts what is still queued
-            warmer.close()
-            if app.state.summarizer_http is not None:
-                app.state.summarizer_http.close()
+            state.payload_counter.close()  # counts what is still queued
+            if warmer is not None:
+                warmer.close()
+            if state.summarizer_http is not None:
+                state.summarizer_http.close()
             close = getattr(token_cache, "close", None)
             if callable(close):
                 close()  # the Redis client of the segment cache
-            app.state.rate_limiter.close()
+            state.rate_limiter.close()
             engine.dispose()
             metrics.worker_stopped()
             log.info("ctxd stopped")
@@ -197,7 +193,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     app.include_router(ops.router)
     from app.api.routes import ui
 
-    ui.install(app, settings)  # the inspector pages under /ui (issue 15)
+    ui_signer = ui.install(app, settings)  # the inspector pages under /ui
     from app.api.auth import AuthMiddleware
 
     app.add_middleware(AuthMiddleware)  # API keys, tenant scope, rate limits: before any body is read

@@ -35,10 +35,13 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, Request
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.deps import state_of
 from app.api.problems import problem, problem_headers, status_for
-from app.caches import ENTRY_OVERHEAD, ByteLRU
+from app.caches import SessionOwners
 from app.domain.errors import DomainError, RateLimited, Unauthorized
 from app.domain.tenancy import DEFAULT_TENANT, Principal
 from app.observability import metrics
@@ -82,9 +85,9 @@ def auth_required(settings: Settings, scope: Scope) -> bool:
     return False
 
 
-def read_factory(app: Any) -> Any:
-    """The app's read-transaction factory (the write one where there is none)."""
-    return getattr(app.state, "read_factory", None) or app.state.session_factory
+def read_factory(app: Any) -> sessionmaker[OrmSession]:
+    """The app's read-transaction factory."""
+    return state_of(app).read_factory
 
 
 def session_of_path(path: str) -> str | None:
@@ -92,40 +95,17 @@ def session_of_path(path: str) -> str | None:
     return found.group(1) if found else None
 
 
-class SessionOwners:
-    """Which tenant owns which session, as step 3 found it: ``(tenant_id, session_id)``
-    pairs, least recently used dropped past ``max_bytes``. Only positive answers are kept
-    (an absent or foreign session is read again each time). Thread-safe."""
-
-    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
-        self._cache: ByteLRU[tuple[str, str], bool] = ByteLRU(
-            max_bytes, lambda key, _value: len(key[0]) + len(key[1]) + ENTRY_OVERHEAD)
-
-    def known(self, tenant_id: str, session_id: str) -> bool:
-        return self._cache.get((tenant_id, session_id)) is not None
-
-    def add(self, tenant_id: str, session_id: str) -> None:
-        self._cache.put((tenant_id, session_id), True)
-
-    def forget(self, tenant_id: str, session_id: str) -> None:
-        """Drop an entry (the session was deleted)."""
-        self._cache.pop((tenant_id, session_id))
-
-
 def session_owners(app: Any) -> SessionOwners:
-    """The app's :class:`SessionOwners` (created on first use)."""
-    owners: SessionOwners | None = getattr(app.state, "session_owners", None)
-    if owners is None:
-        owners = app.state.session_owners = SessionOwners()
-    return owners
+    """The app's :class:`SessionOwners` (``AppState.session_owners``)."""
+    return state_of(app).session_owners
 
 
 def _authorize_on_loop(app: Any, scope: Scope) -> Principal | None:
     """The principal when nothing of the check waits (module docstring): keys not required,
     the rate limiter in process, and the path's session (if any) known to be the default
     tenant's; the rate limit is counted here. None: run :func:`_authorize` in a thread."""
-    settings: Settings = app.state.settings
-    limiter = app.state.rate_limiter
+    state = state_of(app)
+    settings, limiter = state.settings, state.rate_limiter
     if not getattr(limiter, "in_process", False) or auth_required(settings, scope):
         return None
     session_id = session_of_path(scope.get("path", ""))
@@ -136,26 +116,27 @@ def _authorize_on_loop(app: Any, scope: Scope) -> Principal | None:
 
 
 def _authorize(app: Any, scope: Scope) -> Principal:
-    settings: Settings = app.state.settings
+    state = state_of(app)
+    settings = state.settings
     required = auth_required(settings, scope)
     session_id = session_of_path(scope.get("path", ""))
     principal = Principal(DEFAULT_TENANT)
     if required or session_id is not None:
         headers = {k.lower(): v for k, v in scope.get("headers") or []}
-        with read_only(read_factory(app)) as db:
+        with read_only(state.read_factory) as db:
             if required:
                 raw = headers.get(b"authorization")
                 principal = tenancy.authenticate(db, raw.decode("latin-1") if raw is not None else None)
                 audit.info("key used: key_id=%s tenant=%s %s %s session=%s", principal.key_id, principal.tenant_id,
                            scope.get("method"), scope.get("path"), session_id or "-")
-            app.state.rate_limiter.check(principal.tenant_id)
+            state.rate_limiter.check(principal.tenant_id)
             if session_id is not None:
-                owners = session_owners(app)
+                owners = state.session_owners
                 if not owners.known(principal.tenant_id, session_id):
                     tenancy.require_session(db, session_id, principal)
                     owners.add(principal.tenant_id, session_id)
     else:
-        app.state.rate_limiter.check(principal.tenant_id)
+        state.rate_limiter.check(principal.tenant_id)
     return principal
 
 

@@ -28,6 +28,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.api.deps import state_of
 from app.api.limits import MalformedJson, json_shape_problem
 from app.domain.text import first_surrogate, printable_loc
 
@@ -101,7 +102,7 @@ async def checked_request(request: Request) -> Request:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _invalid(("body",), f"the body is not valid UTF-8 (byte {exc.start})") from None
-    settings = request.app.state.settings
+    settings = state_of(request.app).settings
     try:
         value = json.loads(text.removeprefix("\ufeff"))
     except ValueError as exc:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
@@ -45,6 +45,9 @@ from app.services.memo import AssemblyMemo
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
+
+if TYPE_CHECKING:
+    from app.services.app_state import AppState
 
 log = logging.getLogger("ctxd")
 
@@ -204,9 +207,12 @@ def count_and_remember(factory: sessionmaker[OrmSession], profiles: ProfileRegis
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
 
-def counter_for(state: Any, activity: Activity) -> PayloadCounter:
-    """The app's counter (``app.state``: ``session_factory``, ``profiles``, ``meters``,
-    ``memo``, built in the lifespan)."""
-    return PayloadCounter(lambda session_id, handles: count_and_remember(
-        state.session_factory, state.profiles, state.meters, state.memo, session_id, handles), activity,
-                          settle=SETTLE_SECONDS, max_delay=MAX_DELAY_SECONDS)
+def counter_for(state: Callable[[], AppState], activity: Activity) -> PayloadCounter:
+    """The app's counter: each job counts with what ``state()`` (the application's state,
+    built in the lifespan) holds when it runs: ``session_factory``, ``profiles``,
+    ``meters``, ``memo``."""
+    def count(session_id: str, handles: Sequence[str]) -> None:
+        now = state()
+        count_and_remember(now.session_factory, now.profiles, now.meters, now.memo, session_id, handles)
+
+    return PayloadCounter(count, activity, settle=SETTLE_SECONDS, max_delay=MAX_DELAY_SECONDS)

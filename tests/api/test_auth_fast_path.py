@@ -62,7 +62,7 @@ def test_known_session_is_admitted_without_the_database(pair: tuple[TestClient, 
     statements: list[str] = []
     from sqlalchemy import event
 
-    engine = a.app.state.engine  # type: ignore[attr-defined]
+    engine = a.app.state.ctxd.engine  # type: ignore[attr-defined]
     event.listen(engine, "before_cursor_execute", lambda *args: statements.append(str(args[2])))
     assert a.get(f"/v1/sessions/{sid}").status_code == 200
     assert calls == [], "the owner was found by the POSTs before: no thread, no read"
@@ -96,7 +96,7 @@ def test_session_deleted_by_another_worker_is_404_like_an_absent_one(pair: tuple
         absent = a.request(method, f"/v1/sessions/{ABSENT}{tail}", json=body)
         assert gone.status_code == 404, (method, tail, gone.status_code, gone.text)
         _same_problem(gone, absent, absent_id=ABSENT, real_id=sid)
-    engine = a.app.state.engine  # type: ignore[attr-defined]
+    engine = a.app.state.ctxd.engine  # type: ignore[attr-defined]
     import sqlalchemy as sa
 
     with engine.connect() as conn:
@@ -122,7 +122,7 @@ def test_rate_limit_counts_requests_admitted_on_the_loop(tmp_path: Path, monkeyp
                     raise_server_exceptions=False) as client:
         sid = client.post("/v1/sessions", json=SESSION).json()["id"]
         assert client.get(f"/v1/sessions/{sid}").status_code == 200  # the owner is known from here on
-        client.app.state.rate_limiter = TenantRateLimiter("3/minute")  # type: ignore[attr-defined]
+        client.app.state.ctxd.rate_limiter = TenantRateLimiter("3/minute")  # type: ignore[attr-defined]
         calls = _count_authorize(monkeypatch)
         assert [client.get(f"/v1/sessions/{sid}").status_code for _ in range(3)] == [200, 200, 200]
         r = client.get(f"/v1/sessions/{sid}")
@@ -138,17 +138,17 @@ def test_keys_required_still_checks_the_key_every_time(tmp_path: Path) -> None:
     from app.store.db import unit_of_work
 
     with TestClient(create_app(Settings(data_dir=tmp_path, auth="required")), raise_server_exceptions=False) as client:
-        with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+        with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
             key = tenancy.create_key(db, "t1")[1]
         headers = {"Authorization": f"Bearer {key}"}
         sid, _ = session_with_output(client, headers, "y\n")
         assert client.get(f"/v1/sessions/{sid}", headers=headers).status_code == 200
-        with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+        with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
             from app.store import tenancy as store
 
             tenant_id = store.session_tenant(db, sid)
         assert tenant_id is not None and auth.session_owners(client.app).known(tenant_id, sid)
-        with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+        with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
             assert tenancy.revoke_key(db, key)
         assert_problem(client.get(f"/v1/sessions/{sid}", headers=headers), 401)
         assert_problem(client.get(f"/v1/sessions/{sid}"), 401)

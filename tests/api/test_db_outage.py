@@ -22,7 +22,7 @@ def test_requests_answer_503_with_retry_after_while_the_database_is_unreachable(
         sid = client.post("/v1/sessions", json=SESSION).json()["id"]
         # the database goes away: nothing listens on this port
         dead = make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/ctxd", connect_args={"connect_timeout": 2})
-        state = client.app.state  # type: ignore[attr-defined]
+        state = client.app.state.ctxd  # type: ignore[attr-defined]
         live = state.session_factory, state.read_factory
         state.session_factory, state.read_factory = make_session_factory(dead), make_read_factory(dead)
         try:

@@ -92,7 +92,7 @@ def test_load_manifests_equals_one_by_one(replayed: tuple[TestClient, str, int])
     served = manifests(client, sid)
     assert len(served) == calls == 61
     ids = [m["id"] for m in served]
-    factory = client.app.state.read_factory  # type: ignore[attr-defined]
+    factory = client.app.state.ctxd.read_factory  # type: ignore[attr-defined]
     with read_only(factory) as db:
         assert repo.load_manifests(db, sid, ids) == {m["id"]: m for m in served}
         newest = ids[-5:]  # the chain of the newest starts at a keyframe before them
@@ -172,7 +172,7 @@ def posted_events(client: TestClient, sid: str) -> list[dict[str, Any]]:
 
     from app.store.tables import EventRow
 
-    with read_only(client.app.state.read_factory) as db:  # type: ignore[attr-defined]
+    with read_only(client.app.state.ctxd.read_factory) as db:  # type: ignore[attr-defined]
         rows = db.execute(select(EventRow.seq, EventRow.kind, EventRow.body).where(EventRow.session_id == sid)
                           .order_by(EventRow.seq)).all()
     return [{"seq": r.seq, "kind": r.kind, "artifact": r.body.get("artifact")} for r in rows]
@@ -296,7 +296,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 
 
 def make_key(client: TestClient, tenant: str) -> str:
-    with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         return tenancy.create_key(db, tenant)[1]
 
 
@@ -354,8 +354,8 @@ def test_cookie_expired_tampered_or_revoked(keyed: TestClient) -> None:
             return super().get_timestamp() - 901
 
     old = URLSafeTimedSerializer("s3cret-for-tests", salt=COOKIE_SALT, signer=Old).dumps(
-        {"k": tenancy.key_id_of(key), "t": client.app.state.ui_signer.loads(token)["t"],  # type: ignore[attr-defined]
-         "n": client.app.state.ui_signer.loads(token)["n"]})  # type: ignore[attr-defined]
+        {"k": tenancy.key_id_of(key), "t": client.app.state.ctxd.ui_signer.loads(token)["t"],  # type: ignore[attr-defined]
+         "n": client.app.state.ctxd.ui_signer.loads(token)["n"]})  # type: ignore[attr-defined]
     for value in (old, token[:-2] + ("AA" if not token.endswith("AA") else "BB"),
                   URLSafeTimedSerializer("another-secret", salt=COOKIE_SALT).dumps({"k": "x", "t": "default"})):
         client.cookies.clear()
@@ -365,7 +365,7 @@ def test_cookie_expired_tampered_or_revoked(keyed: TestClient) -> None:
     client.cookies.clear()
     client.cookies.set(COOKIE, token, path="/ui")
     assert client.get("/ui", follow_redirects=False).status_code == 200
-    with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         assert tenancy.revoke_key(db, key)
     assert client.get("/ui", follow_redirects=False).status_code == 303  # revoked: the cookie ends at once
     client.cookies.clear()
@@ -381,7 +381,7 @@ def test_logout_ends_the_session_on_the_server_for_every_worker(keyed: TestClien
     key = make_key(client, "ui-e")
     assert login(client, key).status_code == 303
     token = client.cookies[COOKIE]
-    with TestClient(create_app(client.app.state.settings)) as other:  # type: ignore[attr-defined]  # another worker
+    with TestClient(create_app(client.app.state.ctxd.settings)) as other:  # type: ignore[attr-defined]  # another worker
         other.cookies.set(COOKIE, token, path="/ui")
         assert other.get("/ui", follow_redirects=False).status_code == 200
         assert client.post("/ui/logout", follow_redirects=False).status_code == 303

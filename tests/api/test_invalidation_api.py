@@ -313,7 +313,7 @@ def test_reposting_an_event_stored_before_the_binding_ttl_fields_is_a_duplicate(
               "binding": {"artifact": "config.yaml", "kind": "file", "revision": None, "range": None,
                           "content_hash": None}, "conditions": {}}
     legacy = hashlib.sha256(canonical_json(before).encode("utf-8")).hexdigest()
-    with client.app.state.engine.begin() as conn:  # type: ignore[attr-defined]
+    with client.app.state.ctxd.engine.begin() as conn:  # type: ignore[attr-defined]
         changed = conn.execute(text("UPDATE events SET body_sha256 = :d WHERE session_id = :s AND event_id = 't1'"),
                                {"d": legacy, "s": sid})
         assert changed.rowcount == 1

@@ -70,10 +70,10 @@ def _replay(clients: list[TestClient], calls: int = CALLS, profile: str = "tiny"
 @pytest.fixture
 def signalled(pair: tuple[TestClient, TestClient]) -> Any:  # noqa: F811
     for client in pair:
-        client.app.state.pass_due = due  # type: ignore[attr-defined]
+        client.app.state.ctxd.pass_due = due  # type: ignore[attr-defined]
     yield pair
     for client in pair:
-        client.app.state.pass_due = None  # type: ignore[attr-defined]
+        client.app.state.ctxd.pass_due = None  # type: ignore[attr-defined]
 
 
 def _choices(manifest: dict[str, Any]) -> list[str]:
@@ -135,7 +135,7 @@ def test_a_deferral_survives_a_restart(settings: Settings, signalled: tuple[Test
     assert (deferred, shown) == (manifest["invalidation"]["deferred"], manifest["invalidation"]["shown_upto"])
     assert version == manifest["layout"]["version"]
     with TestClient(create_app(settings)) as restarted:
-        assert restarted.app.state.pass_due is None  # type: ignore[attr-defined]
+        assert restarted.app.state.ctxd.pass_due is None  # type: ignore[attr-defined]
         again = restarted.get(f"/v1/sessions/{sid}/request?format=openai").json()
     assert _comparable(again["request"]) == _comparable(body)
     assert _manifest(again["manifest"]) | {"cache": None} == _manifest(manifest) | {
@@ -150,14 +150,14 @@ def test_a_deferral_survives_a_restart(settings: Settings, signalled: tuple[Test
 
 @pytest.mark.skipif(not TRACE.is_file(), reason=f"trace {TRACE.name} not found in {TRACES_DIR}")
 def test_the_watermark_forecast_drives_the_deferral_by_default(pair: tuple[TestClient, TestClient]) -> None:  # noqa: F811
-    """No hook set (``app.state.pass_due`` None): select's forecast is the signal (issue 11
+    """No hook set (``app.state.ctxd.pass_due`` None): select's forecast is the signal (issue 11
     item 4). A superseded read first becomes an in-place tombstone only on a request that
     runs a pass or when no pass is due within N calls; while one is due the tombstone waits
     and a notice naming ``path@rN`` is shown at once. (Fault kind from macanderson/stella#3690:
     old tool results rewritten in place between compactions broke the cached prefix on 27 of
     86 calls.)"""
     a, _ = pair
-    assert a.app.state.pass_due is None  # type: ignore[attr-defined]
+    assert a.app.state.ctxd.pass_due is None  # type: ignore[attr-defined]
     _, served = _replay([a], calls=200, profile="qwen3")  # the whole trace, at qwen3's watermarks
     manifests = [m for _, m in served if m["format"] == "openai"]
     bodies = [b for b, m in served if m["format"] == "openai"]

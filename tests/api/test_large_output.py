@@ -58,7 +58,7 @@ def test_two_megabyte_output_is_cut_from_its_ends(client: TestClient) -> None:
     handle = hashlib.sha256(payload.encode()).hexdigest()
     sid = new_session(client)
     assert post(client, sid, assistant("a1", "c1"), result("r1", "c1", payload)).status_code == 200
-    state = client.app.state
+    state = client.app.state.ctxd
     meter = state.meters.get(state.profiles.get("qwen3"))
     spy = SpyTokenizer(meter.tokenizer)
     # counts and cuts call the tokenizers backend directly when it encodes alike (HFChatMeter._backend)

@@ -109,8 +109,8 @@ def test_events_per_batch_limit_stays_422(client: TestClient) -> None:
     sid = new_session(client)
     steps = [{"event_id": f"s{i}", "kind": "step", "text": "y"} for i in range(1001)]
     assert len(json.dumps({"events": steps})) > MAX_BODY  # so: the same database, the default body limit
-    app = create_app(Settings(data_dir=client.app.state.settings.data_dir,
-                              database_url=client.app.state.settings.database_url))
+    app = create_app(Settings(data_dir=client.app.state.ctxd.settings.data_dir,
+                              database_url=client.app.state.ctxd.settings.database_url))
     with TestClient(app, raise_server_exceptions=False) as default:
         body = assert_problem(default.post(f"/v1/sessions/{sid}/events", json={"events": steps}), 422)
         assert "1000" in body["detail"]

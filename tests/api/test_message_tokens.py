@@ -51,7 +51,7 @@ def _tokens(manifest: dict[str, Any]) -> dict[str, int | None]:
 
 
 def _meter(client: TestClient, profile: str) -> Any:
-    state = client.app.state  # type: ignore[attr-defined]
+    state = client.app.state.ctxd  # type: ignore[attr-defined]
     return state.meters.get(state.profiles.get(profile))
 
 

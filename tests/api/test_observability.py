@@ -88,7 +88,7 @@ def test_readyz_names_a_tokenizer_that_failed_to_load(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, profiles_path=profiles, default_profile="broken")
     with TestClient(create_app(settings)) as client:
         deadline = time.monotonic() + 120
-        while not client.app.state.tokenizer_ready.wait(0.2):  # type: ignore[attr-defined]
+        while not client.app.state.ctxd.tokenizer_ready.wait(0.2):  # type: ignore[attr-defined]
             assert time.monotonic() < deadline
         r = client.get("/readyz", headers={"X-Request-ID": "ready-1"})
         body = assert_problem(r, 503)
@@ -104,7 +104,7 @@ def test_readyz_200_names_every_check(tmp_path: Path) -> None:
         first = client.get("/readyz")
         if first.status_code == 503:  # while loading: says so
             assert first.json()["checks"] == {"database": "ok", "tokenizer": "loading"}
-        client.app.state.tokenizer_ready.wait(120)  # type: ignore[attr-defined]
+        client.app.state.ctxd.tokenizer_ready.wait(120)  # type: ignore[attr-defined]
         r = client.get("/readyz")
         assert r.status_code == 200 and r.json() == {"status": "ready",
                                                      "checks": {"database": "ok", "tokenizer": "loaded"}}
@@ -143,7 +143,7 @@ def test_the_thread_pool_is_sized_to_the_database_pool(tmp_path: Path) -> None:
     from app.store.db import MAX_OVERFLOW, POOL_SIZE, make_engine, pool_capacity
 
     with TestClient(create_app(Settings(data_dir=tmp_path))) as client:
-        engine = client.app.state.engine  # type: ignore[attr-defined]
+        engine = client.app.state.ctxd.engine  # type: ignore[attr-defined]
         tokens = client.portal.call(lambda: current_default_thread_limiter().total_tokens)  # type: ignore[union-attr]
         assert tokens == pool_capacity(engine) == engine.pool.size() + engine.pool._max_overflow
     postgres = make_engine("postgresql+psycopg://u:p@127.0.0.1:1/none")  # no connection is made

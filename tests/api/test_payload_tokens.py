@@ -16,7 +16,7 @@ from tests.api.test_large_output import SpyTokenizer
 
 
 def stored_counts(client: TestClient, handle: str) -> dict | None:
-    with client.app.state.engine.connect() as conn:
+    with client.app.state.ctxd.engine.connect() as conn:
         value = conn.execute(sa.text("SELECT token_counts FROM payloads WHERE sha256 = :h"), {"h": handle}).scalar_one()
     if isinstance(value, str):  # SQLite returns JSON text through a textual query
         import json
@@ -30,7 +30,7 @@ def test_tool_output_tokens_are_counted_once_after_the_post(client: TestClient) 
     handle = hashlib.sha256(payload.encode()).hexdigest()
     sid = new_session(client)  # qwen3
     assert post(client, sid, assistant("a1", "c1"), result("r1", "c1", payload)).status_code == 200
-    state = client.app.state
+    state = client.app.state.ctxd
     meter = state.meters.get(state.profiles.get("qwen3"))
     expected = len(meter.tokenizer.encode(payload, add_special_tokens=False))
     assert stored_counts(client, handle) == {meter.tokenizer_id: expected}

@@ -23,7 +23,7 @@ from tests.in_thread import served
 
 
 def key_headers(client: TestClient, tenant: str) -> dict[str, str]:
-    with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         return {"Authorization": f"Bearer {tenancy.create_key(db, tenant)[1]}"}
 
 
@@ -168,7 +168,7 @@ def test_replay_sends_the_api_key(tmp_path: Path, capsys: pytest.CaptureFixture[
     smallest = min(TRACE_FILES, key=lambda p: p.stat().st_size)
     app = create_app(Settings(data_dir=tmp_path, host="0.0.0.0"))
     with served(app) as url:
-        with unit_of_work(app.state.session_factory) as db:
+        with unit_of_work(app.state.ctxd.session_factory) as db:
             key = tenancy.create_key(db, "replayer")[1]
         assert main(["replay", str(smallest), "--url", url, "--quiet"]) == EXIT_FAILED
         assert "401" in capsys.readouterr().err

@@ -278,7 +278,7 @@ def test_deleting_a_session_deletes_its_index(client: TestClient) -> None:
     sid = new_session(client)
     outputs(client, sid, "gone_after_delete_marker\n")
     assert client.delete(f"/v1/sessions/{sid}").status_code == 200
-    engine = client.app.state.engine  # type: ignore[attr-defined]
+    engine = client.app.state.ctxd.engine  # type: ignore[attr-defined]
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM event_texts WHERE session_id = :s"), {"s": sid}).scalar() == 0
         if engine.dialect.name == "sqlite":

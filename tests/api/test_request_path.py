@@ -264,7 +264,7 @@ def _event_reads(client: TestClient) -> tuple[list[str], Callable[[], None]]:
     function that stops recording them."""
     from sqlalchemy import event
 
-    engine = client.app.state.engine  # type: ignore[attr-defined]
+    engine = client.app.state.ctxd.engine  # type: ignore[attr-defined]
     seen: list[str] = []
 
     def capture(*args: object) -> None:

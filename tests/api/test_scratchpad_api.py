@@ -49,7 +49,7 @@ def items_by_seq(manifest: dict) -> dict[int, dict]:
 
 
 def count_text(client: TestClient, text: str, profile: str = "qwen3") -> int:
-    state = client.app.state
+    state = client.app.state.ctxd
     return int(state.meters.get(state.profiles.get(profile)).count_text(text))
 
 

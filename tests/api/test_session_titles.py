@@ -107,19 +107,19 @@ def test_patch_needs_a_title_and_nothing_else(client: TestClient) -> None:
 
 def test_patch_of_an_absent_or_another_tenants_session_is_the_same_404(client: TestClient) -> None:
     """Another tenant's session answers word for word as one that does not exist, and keeps its title."""
-    with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         tenancy.create_key(db, "title-owner")
         from app.store import tenancy as store
 
         owner = store.tenant_by_name(db, "title-owner")
         assert owner is not None
         theirs = session_service.create_session(
-            db, client.app.state.profiles, profile="qwen3", contract={"goal": "Theirs."},  # type: ignore[attr-defined]
+            db, client.app.state.ctxd.profiles, profile="qwen3", contract={"goal": "Theirs."},  # type: ignore[attr-defined]
             system="", tools=[], metadata={}, tenant_id=owner.id, title="their title")
     for sid in (theirs, ABSENT, "nope"):
         body = assert_problem(client.patch(f"/v1/sessions/{sid}", json={"title": "mine now"}), 404)
         assert body["detail"] == f"no session {sid!r}" and body["title"] == "Session not found", body
-    with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         assert session_service.require_session_row(db, theirs).title == "their title"
     assert theirs not in [s["id"] for s in client.get("/v1/sessions", params={"limit": 500}).json()["sessions"]]
 

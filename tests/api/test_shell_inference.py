@@ -253,14 +253,14 @@ def test_state_survives_batches_and_a_new_process(client: TestClient) -> None:
     sid = new_session(client)
     script = "cat > fix.py <<'EOF'\nopen('src/a.py', 'w').write('y = 1\\n')\nEOF"
     post(client, sid, bash("a1", "c1", script), result("t1", "c1", ""))
-    client.app.state.shell_states.clear()  # type: ignore[attr-defined]
+    client.app.state.ctxd.shell_states.clear()  # type: ignore[attr-defined]
     post(client, sid, bash("a2", "c2", "python fix.py"), result("t2", "c2", ""))
     assert client.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"fix.py": 1, "src/a.py": 1}
 
 
 def test_shell_states_are_an_app_state_cache_bounded_in_bytes(tmp_path: Path) -> None:
     """Before: a module-global OrderedDict of 512 sessions, whatever the texts they hold.
-    After: ``app.state.shell_states``, a ByteLRU of ``CTXD_SHELL_STATE_BYTES`` sized by the
+    After: ``app.state.ctxd.shell_states``, a ByteLRU of ``CTXD_SHELL_STATE_BYTES`` sized by the
     texts held: a session's state over the bound is not kept (its next batch rebuilds it
     from the stored calls and still infers the copy's hash), a second session over the
     bound drops the least recently used; 0 keeps none."""
@@ -268,7 +268,7 @@ def test_shell_states_are_an_app_state_cache_bounded_in_bytes(tmp_path: Path) ->
         return f"cat > {name} <<'EOF'\n{text}EOF"
 
     with TestClient(create_app(Settings(data_dir=tmp_path, shell_state_bytes=6000))) as c:
-        states = c.app.state.shell_states  # type: ignore[attr-defined]
+        states = c.app.state.ctxd.shell_states  # type: ignore[attr-defined]
         assert isinstance(states, ShellStates) and states.max_bytes == 6000
         small = new_session(c)
         post(c, small, bash("a1", "c1", heredoc("a.txt", "x\n")), result("t1", "c1", ""))
@@ -285,7 +285,7 @@ def test_shell_states_are_an_app_state_cache_bounded_in_bytes(tmp_path: Path) ->
         assert [k for k, _ in states.items()] == [third] and states.evictions == 2, "least recently used dropped"
         assert states.current_bytes <= 6000
     with TestClient(create_app(Settings(data_dir=tmp_path / "none", shell_state_bytes=0))) as c:
-        assert c.app.state.shell_states is None  # type: ignore[attr-defined]
+        assert c.app.state.ctxd.shell_states is None  # type: ignore[attr-defined]
         sid = config_by_events(c)
         assert c.get(f"/v1/sessions/{sid}").json()["artifacts"] == {"config.yaml": 1}
 

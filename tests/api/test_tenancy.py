@@ -45,7 +45,7 @@ def app_client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 def make_key(client: TestClient, tenant: str) -> str:
-    with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         return tenancy.create_key(db, tenant)[1]
 
 
@@ -114,7 +114,7 @@ def test_key_works_then_revoked_is_401(app_client: TestClient) -> None:
     key = make_key(app_client, "revocable")
     headers = {"Authorization": f"Bearer {key}"}
     assert app_client.post("/v1/sessions", json=SESSION, headers=headers).status_code == 201
-    with unit_of_work(app_client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+    with unit_of_work(app_client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
         assert tenancy.revoke_key(db, key) is True
         assert tenancy.revoke_key(db, key) is False
     assert_problem(app_client.post("/v1/sessions", json=SESSION, headers=headers), 401)
@@ -126,7 +126,7 @@ def test_keys_are_stored_as_sha256_only(app_client: TestClient) -> None:
     key = make_key(app_client, "hashed")
     key_id, secret = key.split("_")[1], key.split("_")[2]
     assert len(secret) == 64  # 256 bits
-    engine = app_client.app.state.engine  # type: ignore[attr-defined]
+    engine = app_client.app.state.ctxd.engine  # type: ignore[attr-defined]
     with engine.connect() as conn:
         row = conn.execute(sa.text("SELECT digest FROM api_keys WHERE id = :id"), {"id": key_id}).one()
         dump = " ".join(str(v) for r in conn.execute(sa.text("SELECT * FROM api_keys")) for v in r)
@@ -211,7 +211,7 @@ def test_same_content_in_two_tenants_is_stored_once_and_readable_by_both(app_cli
     a_sid, handle = session_with_output(app_client, a, "shared bytes\n")
     b_sid, handle_b = session_with_output(app_client, b, "shared bytes\n")
     assert handle == handle_b
-    engine = app_client.app.state.engine  # type: ignore[attr-defined]
+    engine = app_client.app.state.ctxd.engine  # type: ignore[attr-defined]
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM payloads WHERE sha256 = :h"), {"h": handle}).scalar() == 1
     for headers in (a, b):
@@ -270,7 +270,7 @@ def test_delete_removes_everything_of_the_session(app_client: TestClient, two: A
         assert app_client.get(f"/v1/sessions/{sid}/request", params={"format": fmt}, headers=a).status_code == 200
     r = app_client.delete(f"/v1/sessions/{sid}", headers=a)
     assert r.status_code == 200 and r.json()["id"] == sid
-    engine = app_client.app.state.engine  # type: ignore[attr-defined]
+    engine = app_client.app.state.ctxd.engine  # type: ignore[attr-defined]
     with engine.connect() as conn:
         tables = [t for t in sa.inspect(conn).get_table_names() if t not in ("alembic_version",)]
         for table in tables:
@@ -282,7 +282,7 @@ def test_delete_removes_everything_of_the_session(app_client: TestClient, two: A
     assert_problem(app_client.get(f"/v1/sessions/{sid}", headers=a), 404)
     assert_problem(app_client.get(f"/v1/handles/{handle}", headers=a), 404)
     assert_problem(app_client.delete(f"/v1/sessions/{sid}", headers=a), 404)
-    assert sid not in app_client.app.state.memo._sessions  # type: ignore[attr-defined]
+    assert sid not in app_client.app.state.ctxd.memo._sessions  # type: ignore[attr-defined]
 
 
 def test_profiles_are_listed(app_client: TestClient, two: Any) -> None:

@@ -55,7 +55,7 @@ def _replay(client: TestClient, *, settle: bool) -> list[Any]:
     the warm-up after each POST before the next request (else they race, as in service)."""
     traj = load_trajectory(TRACE)
     sid = client.post("/v1/sessions", json=session_create_body(traj, profile="tiny")).json()["id"]
-    warmer = client.app.state.warmer  # type: ignore[attr-defined]
+    warmer = client.app.state.ctxd.warmer  # type: ignore[attr-defined]
     answers = []
     for step in replay_plan(traj):
         if isinstance(step, PostEvents):
@@ -87,7 +87,7 @@ def test_gets_after_warm_ups_equal_gets_without_them(tmp_path: Path, monkeypatch
     for name, settle, warm in (("without", False, False), ("settled", True, True), ("racing", False, True)):
         with TestClient(create_app(_settings(tmp_path / name)), raise_server_exceptions=False) as c:
             if not warm:
-                c.app.state.warmer = None  # type: ignore[attr-defined]
+                c.app.state.ctxd.warmer = None  # type: ignore[attr-defined]
             runs[name] = _replay(c, settle=settle)
     assert len(runs["without"]) > 40
     assert runs["settled"] == runs["without"]
@@ -111,7 +111,7 @@ def test_the_get_after_a_warm_up_finds_its_new_messages_tokenizing(client: TestC
     sid = new_session(client, profile="tiny")
     assert post(client, sid, {"event_id": "u", "kind": "message", "role": "user", "content": "Fix it."}).status_code == 200
     assert client.get(f"/v1/sessions/{sid}/request").status_code == 200
-    warmer = client.app.state.warmer  # type: ignore[attr-defined]
+    warmer = client.app.state.ctxd.warmer  # type: ignore[attr-defined]
     assert warmer.wait(30)
     calls.clear()
     assert post(client, sid, assistant("a1", "c1"), result("r1", "c1", "def parse(text):\n    return text.split()\n" * 20)
@@ -128,7 +128,7 @@ def test_the_get_after_a_warm_up_finds_its_new_messages_tokenizing(client: TestC
 def test_warm_up_needs_what_the_worker_holds(client: TestClient) -> None:
     """No warm-up before the worker's first GET of the session (its profile unknown here),
     for events the memo does not hold, or while a plan of the session holds its lock."""
-    state = client.app.state  # type: ignore[attr-defined]
+    state = client.app.state.ctxd  # type: ignore[attr-defined]
     profiles, meters, memo = state.profiles, state.meters, state.memo
     sid = new_session(client, profile="tiny")
     assert post(client, sid, {"event_id": "u", "kind": "message", "role": "user", "content": "Fix it."}).status_code == 200

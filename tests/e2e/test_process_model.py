@@ -200,10 +200,10 @@ def test_shutdown_closes_the_redis_client(tmp_path: Path, redis_url: str) -> Non
     admin = redis.Redis.from_url(redis_url)
     try:
         with TestClient(create_app(Settings(data_dir=tmp_path, redis_url=redis_url))) as client:
-            client.app.state.tokenizer_ready.wait(120)  # type: ignore[attr-defined]
+            client.app.state.ctxd.tokenizer_ready.wait(120)  # type: ignore[attr-defined]
             sid = client.post("/v1/sessions", json=SESSION).json()["id"]
             assert client.get(f"/v1/sessions/{sid}/request").status_code == 200
-            cache_id = client.app.state.token_cache.client.client_id()  # type: ignore[attr-defined]
+            cache_id = client.app.state.ctxd.token_cache.client.client_id()  # type: ignore[attr-defined]
             assert str(cache_id) in admin.execute_command("CLIENT", "LIST", "ID", cache_id).decode()
         assert admin.execute_command("CLIENT", "LIST", "ID", cache_id).decode().strip() == ""
     finally:

@@ -121,7 +121,7 @@ def test_quick_replay_with_the_recall_tool_exact(recall_client: TestClient, qwen
 def test_replay_all_traces_with_the_recall_tool_exact(recall_client: TestClient, qwen3_ids) -> None:
     """The all-traces exactness invariant with the recall tool in every request (SQLite;
     PostgreSQL adds nothing to counting: its run of this module's fixture is skipped)."""
-    if recall_client.app.state.engine.dialect.name != "sqlite":  # type: ignore[attr-defined]
+    if recall_client.app.state.ctxd.engine.dialect.name != "sqlite":  # type: ignore[attr-defined]
         pytest.skip("counting does not depend on the database: the SQLite run covers it")
     requests = sum(replay_and_check(recall_client, p, profile="qwen3-with-recall", template_ids=qwen3_ids).requests
                    for p in TRACE_FILES)

@@ -65,7 +65,7 @@ def golden_client() -> Iterator[Any]:
     with tempfile.TemporaryDirectory(prefix="ctxd-golden-") as data_dir, \
             mock.patch("app.services.sessions.uuid", mock.Mock(uuid4=lambda: mock.Mock(hex=ids.pop()))), \
             TestClient(create_app(Settings(data_dir=Path(data_dir))), raise_server_exceptions=True) as client:
-        client.app.state.payload_counter.close()  # from now on a submit counts in the caller's thread
+        client.app.state.ctxd.payload_counter.close()  # from now on a submit counts in the caller's thread
         yield client
 
 

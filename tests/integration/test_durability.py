@@ -50,7 +50,7 @@ def test_a_get_request_saves_with_normal_and_events_stay_full(tmp_path: Path) ->
     seen: list[tuple[str, int]] = []
     app = create_app(Settings(data_dir=tmp_path))
     with TestClient(app) as client:
-        engine = app.state.engine
+        engine = app.state.ctxd.engine
 
         @event.listens_for(engine, "commit")
         def _commit(conn: object) -> None:

@@ -1,5 +1,5 @@
 """The in-process harnesses (``ctxd bench``, ``ctxd bench --ingest``, ``ctxd eval``) ingest
-as a server does: shell inference states kept between POSTs (``app.state.shell_states`` on a
+as a server does: shell inference states kept between POSTs (``app.state.ctxd.shell_states`` on a
 server). Before: they passed none, so every POST of a session with a shell tool re-read and
 re-parsed all its earlier commands, and `ctxd bench` showed POST p50 growing 9.6 -> 41.8 ms
 from the first to the last quarter of astroid-1333 (after: 5.6 -> 7.4 ms)."""

@@ -40,13 +40,13 @@ def test_retention_keeps_chains_and_the_newest(settings: Settings) -> None:
         recent = _manifests(client, sid, 3)
         other = client.post("/v1/sessions", json=SESSION).json()["id"]
         only_old = _manifests(client, other, 2, "anthropic")
-        engine = client.app.state.engine  # type: ignore[attr-defined]
+        engine = client.app.state.ctxd.engine  # type: ignore[attr-defined]
         long_ago = datetime.now(UTC) - timedelta(days=40)
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE manifests SET created_at = :t WHERE id IN :ids")
                          .bindparams(sa.bindparam("ids", expanding=True)), {"t": long_ago, "ids": old + only_old})
             chain = {r[0]: r[1] for r in conn.execute(sa.text("SELECT id, keyframe_id FROM manifests"))}
-        with unit_of_work(client.app.state.session_factory) as db:  # type: ignore[attr-defined]
+        with unit_of_work(client.app.state.ctxd.session_factory) as db:  # type: ignore[attr-defined]
             assert prune_manifests(db, retention_days=0) == 0
             deleted = prune_manifests(db, retention_days=30)
         keep_from = min(chain[i] or i for i in recent)

@@ -27,7 +27,7 @@ def test_count_lookups_stop_and_known_counts_are_read_once(tmp_path: Path) -> No
     factory = make_session_factory(engine)
     profiles = ProfileRegistry(load_profiles())
     meters = MeterRegistry(LocalLRUCache(1 << 24))
-    memo = AssemblyMemo()  # the app's (app.state.memo)
+    memo = AssemblyMemo()  # the app's (app.state.ctxd.memo)
     with factory() as db:
         sid = create_session(db, profiles, profile="qwen3", contract={"goal": "g", "constraints": []}, system="s",
                              tools=[], metadata={})

@@ -24,9 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.routes import v1
 from app.main import create_app
-from app.services import payload_counts
+from app.services import after_ingest, payload_counts
 from app.services import sessions as session_service
 from app.settings import Settings
 from tests.api.test_api import SESSION, assistant, result
@@ -71,7 +70,7 @@ def test_the_count_runs_after_the_get_that_follows_its_post(tmp_path: Path, monk
         assert spans[0][0] >= get_ended, "the count started after the GET had been answered, not during it"
         later = client.get(f"/v1/sessions/{sid}/request").json()["manifest"]
         item = next(i for i in later["items"] if i["kind"] == "tool_result")
-        meter = app.state.meters.get(app.state.profiles.get("qwen3"))
+        meter = app.state.ctxd.meters.get(app.state.ctxd.profiles.get("qwen3"))
         assert item["tokens_known"] is True and item["tokens"] == meter.count_text(payload)
         assert later["elided_tokens_exact"] is True
 
@@ -83,16 +82,16 @@ def test_activity_counts_a_request_in_flight_until_its_last_byte(tmp_path: Path,
     app = create_app(Settings(data_dir=tmp_path / "data", rate_limit=""))
     in_route: list[int] = []
     after: list[int] = []
-    counted = v1._counted
+    counted = after_ingest._counted
 
     async def spy(done: Any) -> None:
-        after.append(app.state.activity.in_flight)
+        after.append(app.state.ctxd.activity.in_flight)
         await counted(done)
 
-    monkeypatch.setattr(v1, "_counted", spy)
+    monkeypatch.setattr(after_ingest, "_counted", spy)
     with served(app) as url, httpx.Client(base_url=url, timeout=60) as client:
-        activity = app.state.activity
-        counter = app.state.payload_counter
+        activity = app.state.ctxd.activity
+        counter = app.state.ctxd.payload_counter
         submit = counter.submit
 
         def queued(session_id: str, handles: Sequence[str]) -> Any:

@@ -196,7 +196,7 @@ def test_a_candidate_for_another_fold_is_not_used(app_client: TestClient, server
     _, holder = server
     holder[0] = Script(correct)
     sid = app_client.post("/v1/sessions", json=SESSION | {"profile": "small"}).json()["id"]
-    store = app_client.app.state.summaries  # type: ignore[attr-defined]
+    store = app_client.app.state.ctxd.summaries  # type: ignore[attr-defined]
     tampered: list[int] = []
 
     def make_stale(i: int) -> None:
@@ -232,7 +232,7 @@ def test_no_pass_due_asks_nothing(app_client: TestClient, server: tuple[str, lis
     forecast = got["manifest"]["compaction"]["forecast"]
     assert not forecast["due"] and forecast["tokens"] + forecast["calls"] * forecast["growth"] < forecast["t_hi"] == 8448
     assert post(app_client, sid, *turn(2)).status_code == 200
-    assert holder[0].requests == [] and app_client.app.state.summaries.get(sid) is None  # type: ignore[attr-defined]
+    assert holder[0].requests == [] and app_client.app.state.ctxd.summaries.get(sid) is None  # type: ignore[attr-defined]
 
 
 def test_post_schedules_the_summarizer_after_the_response(app_client: TestClient, settings: Settings,
@@ -243,7 +243,7 @@ def test_post_schedules_the_summarizer_after_the_response(app_client: TestClient
     _, holder = server
     holder[0] = Script(("status", 500))
     sid = app_client.post("/v1/sessions", json=SESSION | {"profile": "small"}).json()["id"]
-    store = app_client.app.state.summaries  # type: ignore[attr-defined]
+    store = app_client.app.state.ctxd.summaries  # type: ignore[attr-defined]
     asked: list[int] = []
 
     def count(i: int) -> None:
@@ -260,4 +260,4 @@ def test_post_schedules_the_summarizer_after_the_response(app_client: TestClient
             as plain:
         other = plain.post("/v1/sessions", json=SESSION | {"profile": "small"}).json()["id"]
         until_pass(plain, other)
-        assert plain.app.state.summarizer is None and plain.app.state.summaries.get(other) is None  # type: ignore[attr-defined]
+        assert plain.app.state.ctxd.summarizer is None and plain.app.state.ctxd.summaries.get(other) is None  # type: ignore[attr-defined]

@@ -60,7 +60,7 @@ def serve(tmp_path: Path, summarizer: tuple[str, list[Script]], wait: float,
         yield client, app
         # let the last summarizer job end before the server stops
         deadline = time.monotonic() + 120
-        while len(app.state.summary_jobs) and time.monotonic() < deadline:
+        while len(app.state.ctxd.summary_jobs) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
@@ -122,9 +122,9 @@ def test_without_a_wait_the_pass_uses_the_deterministic_record(tmp_path: Path,
         trunk = got["request"]["messages"][1]["content"]
         assert "# Progress record\n" in trunk and MODEL_STEP not in trunk
         assert took < SLOW, "no wait"
-        while len(app.state.summary_jobs):  # the job ends afterwards with an admitted candidate, unused
+        while len(app.state.ctxd.summary_jobs):  # the job ends afterwards with an admitted candidate, unused
             time.sleep(0.05)
-        assert app.state.summaries.get(sid).source == "model"
+        assert app.state.ctxd.summaries.get(sid).source == "model"
         print(f"pass GET without the wait: {took:.3f} s")
 
 
@@ -151,7 +151,7 @@ def test_a_get_that_runs_no_pass_never_waits(tmp_path: Path, server: tuple[str, 
     that runs no pass answers at once and only the pass GET waits (here until its bound);
     with a job of another fold in flight, the pass GET does not wait either."""
     with serve(tmp_path, server, wait=2) as (client, app):
-        jobs = app.state.summary_jobs
+        jobs = app.state.ctxd.summary_jobs
         for fold in (None, (1, (999_999,))):
             sid = new_session(client)
             assert jobs.start(sid)

@@ -23,11 +23,11 @@ def test_the_served_app_freezes_its_start_up_objects_before_it_is_ready(tmp_path
     gc.unfreeze()
     try:
         with TestClient(create_app(Settings(data_dir=tmp_path / "embedded"))) as client:
-            client.app.state.tokenizer_ready.wait(120)
+            client.app.state.ctxd.tokenizer_ready.wait(120)
             assert client.get("/readyz").status_code == 200
             assert gc.get_freeze_count() == 0, "an embedded app freezes nothing"
         with TestClient(create_app(Settings(data_dir=tmp_path / "served"), freeze_gc=True)) as client:
-            client.app.state.tokenizer_ready.wait(120)
+            client.app.state.ctxd.tokenizer_ready.wait(120)
             assert client.get("/readyz").status_code == 200
             assert gc.get_freeze_count() > 50_000
             frozen = gc.get_freeze_count()

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import text
 
+from app.api.deps import state_of
 from app.api.problems import problem
 from app.observability.metrics import CONTENT_TYPE_LATEST, exposition
 
@@ -31,7 +32,7 @@ def readyz(request: Request) -> Response:
     else 503 problem+json naming the failing checks in ``detail``, with ``checks``
     (database ``ok | unavailable``, tokenizer ``loaded | loading | failed``), ``errors``
     (the failing checks' exception) and ``Retry-After: 5``."""
-    state = request.app.state
+    state = state_of(request.app)
     checks: dict[str, str] = {}
     errors: dict[str, str] = {}
     try:

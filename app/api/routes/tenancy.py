@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.auth import Caller, session_owners
-from app.api.deps import Db, Memo, Profiles, Uow
+from app.api.deps import Config, Db, Memo, Profiles, Uow
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
 from app.api.schemas import ProfileList, ProfileOut, SessionDeleted, SessionList
@@ -82,7 +82,7 @@ def get_session_handle(session_id: str, handle: str, db: Db, caller: Caller, off
 
 
 @router.get("/profiles", response_model=ProfileList, responses=documented())
-def list_profiles(request: Request, profiles: Profiles) -> ProfileList:
+def list_profiles(config: Config, profiles: Profiles) -> ProfileList:
     """The configured model profiles (tokenizer, window W, output reserve O, headroom M,
     input limit, cache model, prices) and the default one."""
     out = []
@@ -92,4 +92,4 @@ def list_profiles(request: Request, profiles: Profiles) -> ProfileList:
                               output_reserve=p.output_reserve, headroom=p.headroom,
                               input_limit=p.window - p.output_reserve - p.headroom, item_cap_tokens=p.item_cap_tokens,
                               render_reasoning=p.render_reasoning, recall=p.recall, cache=dict(p.cache), prices=dict(p.prices)))
-    return ProfileList(default=request.app.state.settings.default_profile, profiles=out)
+    return ProfileList(default=config.default_profile, profiles=out)

@@ -33,7 +33,7 @@ from fastapi.templating import Jinja2Templates
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from app.api.auth import auth_required
-from app.api.deps import Db, Memo, Meters, Profiles
+from app.api.deps import Db, Memo, Meters, Profiles, state_of
 from app.api.problems import status_for
 from app.api.routing import CheckedRoute
 from app.api.schemas import ROW_ID_MAX
@@ -110,11 +110,13 @@ _env.filters["when"] = when
 _env.globals.update(roles=inspector.ROLES, bar_scale=bar_scale, bar_of=bar_of)
 
 
-def install(app: FastAPI, settings: Settings) -> None:
-    """Mount the pages, their stylesheet (``/ui/static``) and the cookie signer on ``app``."""
-    app.state.ui_signer = URLSafeTimedSerializer(settings.ui_secret or secrets.token_urlsafe(32), salt=COOKIE_SALT)
+def install(app: FastAPI, settings: Settings) -> URLSafeTimedSerializer:
+    """Mount the pages and their stylesheet (``/ui/static``) on ``app``; returns the app's
+    cookie signer (``AppState.ui_signer``: one per app, so that a restart of its lifespan
+    keeps the cookies valid)."""
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    return URLSafeTimedSerializer(settings.ui_secret or secrets.token_urlsafe(32), salt=COOKIE_SALT)
 
 
 def _page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
@@ -122,7 +124,7 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
 
 
 def _keys_required(request: Request) -> bool:
-    return auth_required(request.app.state.settings, request.scope)
+    return auth_required(state_of(request.app).settings, request.scope)
 
 
 def _cookie_principal(request: Request) -> Principal | None:
@@ -133,7 +135,7 @@ def _cookie_principal(request: Request) -> Principal | None:
         return None
     key_id, tenant_id, nonce, _ = found
     try:
-        with read_only(request.app.state.read_factory) as db:
+        with read_only(state_of(request.app).read_factory) as db:
             return tenancy_service.principal_of_key(db, key_id, tenant_id, nonce=nonce)
     except Unauthorized:
         return None
@@ -146,9 +148,10 @@ def _cookie_session(request: Request) -> tuple[str, str, str, datetime] | None:
     raw = request.cookies.get(COOKIE)
     if not raw:
         return None
-    seconds = request.app.state.settings.ui_session_seconds
+    state = state_of(request.app)
+    seconds = state.settings.ui_session_seconds
     try:
-        data, signed_at = request.app.state.ui_signer.loads(raw, max_age=seconds, return_timestamp=True)
+        data, signed_at = state.ui_signer.loads(raw, max_age=seconds, return_timestamp=True)
         return str(data["k"]), str(data["t"]), str(data["n"]), signed_at + timedelta(seconds=seconds)
     except (BadSignature, KeyError, TypeError):
         return None
@@ -159,7 +162,7 @@ def _principal(request: Request) -> Principal | None:
     cookie's (None: log in first). Counts one request against the tenant's rate limit."""
     principal = _cookie_principal(request) if _keys_required(request) else Principal(DEFAULT_TENANT)
     if principal is not None:
-        request.app.state.rate_limiter.check(principal.tenant_id)
+        state_of(request.app).rate_limiter.check(principal.tenant_id)
     return principal
 
 
@@ -197,7 +200,7 @@ def sessions(request: Request, db: Db,
     if principal is None:
         return _to_login(request)
     try:
-        page = inspector.sessions_page(db.read, principal, cursor=cursor, profiles=request.app.state.profiles)
+        page = inspector.sessions_page(db.read, principal, cursor=cursor, profiles=state_of(request.app).profiles)
     except DomainError as exc:
         return _error(request, exc, principal)
     return _page(request, "sessions.html", {"page": page, "principal": principal, "keys": _keys_required(request)})
@@ -257,15 +260,15 @@ async def login(request: Request) -> Response:
     target = _safe_next((form.get("next") or [""])[0])
     if not _keys_required(request):
         return RedirectResponse(target, status_code=303, headers=HEADERS)
-    app = request.app
+    state = state_of(request.app)
 
     def check() -> Principal:
-        with read_only(app.state.read_factory) as db:
+        with read_only(state.read_factory) as db:
             return tenancy_service.authenticate(db, f"Bearer {key}")
 
     try:
         principal = await anyio.to_thread.run_sync(check)
-        app.state.rate_limiter.check(principal.tenant_id)
+        state.rate_limiter.check(principal.tenant_id)
     except Unauthorized:
         audit.warning("ui login refused (%s)", request.client.host if request.client else "-")
         return _page(request, "login.html", {"next": target, "message": "That key is not valid (unknown, revoked "
@@ -275,8 +278,8 @@ async def login(request: Request) -> Response:
     audit.info("ui login: key_id=%s tenant=%s", principal.key_id, principal.tenant_id)
     response = RedirectResponse(target, status_code=303, headers=HEADERS)
     # "n": this session's nonce, which its logout ends on the server (app/store ``ui_session_ends``)
-    token = app.state.ui_signer.dumps({"k": principal.key_id, "t": principal.tenant_id, "n": secrets.token_hex(16)})
-    response.set_cookie(COOKIE, token, max_age=app.state.settings.ui_session_seconds, path="/ui", httponly=True,
+    token = state.ui_signer.dumps({"k": principal.key_id, "t": principal.tenant_id, "n": secrets.token_hex(16)})
+    response.set_cookie(COOKIE, token, max_age=state.settings.ui_session_seconds, path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
     return response
 
@@ -290,7 +293,7 @@ def logout(request: Request) -> Response:
     if _same_origin(request):
         found = _cookie_session(request)
         if found is not None:
-            with unit_of_work(request.app.state.session_factory) as db:
+            with unit_of_work(state_of(request.app).session_factory) as db:
                 tenancy_service.end_ui_session(db, found[2], found[3])
             audit.info("ui logout: key_id=%s tenant=%s", found[0], found[1])
         response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")

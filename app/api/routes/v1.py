@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
-from functools import partial
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -14,7 +11,19 @@ from fastapi import APIRouter, BackgroundTasks, Path, Query, Request, Response
 from sqlalchemy.orm import Session as OrmSession
 
 from app.api.auth import Caller
-from app.api.deps import Db, Memo, Meters, Profiles, ShellStateCache, Uow, candidates_of, pass_due_of, summary_wait_of
+from app.api.deps import (
+    Config,
+    Db,
+    Memo,
+    Meters,
+    Profiles,
+    State,
+    Uow,
+    candidates_of,
+    pass_due_of,
+    state_of,
+    summary_wait_of,
+)
 from app.api.problems import documented
 from app.api.routing import CheckedRoute
 from app.api.schemas import (
@@ -35,27 +44,27 @@ from app.api.schemas import (
     SessionUpdate,
     validated_messages,
 )
+from app.domain.tenancy import Principal
 from app.services import messages as message_service
 from app.services import preconditions as precondition_service
 from app.services import requests as request_service
 from app.services import sessions as session_service
-from app.services import summarizer as summarizer_service
 from app.services import tenancy as tenancy_service
-from app.services.memo import AssemblyMemo
-from app.services.requests import PlanWarmer
-from app.store.db import read_only
+from app.services.after_ingest import schedule_after_ingest
+from app.services.app_state import AppState
+from app.store.db import read_only, unit_of_work
 from app.wire.inbound import map_messages
 
 router = APIRouter(prefix="/v1", route_class=CheckedRoute)
 log = logging.getLogger("ctxd")
 
 @router.post("/sessions", status_code=201, response_model=SessionCreated, responses=documented(400, 413))
-def create_session(body: SessionCreate, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
+def create_session(body: SessionCreate, config: Config, uow: Uow, profiles: Profiles, meters: Meters,
                    caller: Caller) -> SessionCreated:
     """Create a session (profile, task contract, system instructions, tool declarations) of
     the caller's tenant. Contract, system or tool text that spells a control token of the
     profile is 422."""
-    profile = body.profile or request.app.state.settings.default_profile
+    profile = body.profile or config.default_profile
     with uow() as db:
         session_id = session_service.create_session(
             db, profiles, profile=profile, contract=body.contract.model_dump(), system=body.system,
@@ -103,62 +112,40 @@ def update_session(session_id: str, body: SessionUpdate, uow: Uow, profiles: Pro
 
 
 @router.post("/sessions/{session_id}/events", response_model=EventBatchOut, responses=documented(400, 404, 409, 413))
-def post_events(session_id: str, batch: EventBatch, request: Request, uow: Uow, profiles: Profiles, meters: Meters,
-                memo: Memo, background: BackgroundTasks, caller: Caller, shell_states: ShellStateCache
+def post_events(session_id: str, batch: EventBatch, state: State, background: BackgroundTasks, caller: Caller
                 ) -> EventBatchOut:
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
     tool outputs' token counts are computed after the response (manifests report them).
     A batch that brings the tenant over its storage quota is 429 and stores nothing."""
     events = [e.model_dump(mode="json") for e in batch.events]
-    settings = request.app.state.settings
+    settings = state.settings
     return EventBatchOut(**_ingest(
-        request, background, uow, profiles, meters, memo, caller, session_id, results="results",
+        state, background, caller, session_id, results="results",
         ingest=lambda db: session_service.ingest_events(db, session_id, events,
                                                         max_payload_bytes=settings.max_payload_bytes,
-                                                        redact=settings.redact_secrets, shell_states=shell_states,
-                                                        memo=memo)))
+                                                        redact=settings.redact_secrets, shell_states=state.shell_states,
+                                                        memo=state.memo)))
 
 
-def _ingest(request: Request, background: BackgroundTasks, uow: Uow, profiles: Profiles, meters: Meters,
-            memo: AssemblyMemo, caller: Caller, session_id: str, *, ingest: Callable[[OrmSession], dict[str, Any]],
-            results: str) -> dict[str, Any]:
+def _ingest(state: AppState, background: BackgroundTasks, caller: Principal, session_id: str, *,
+            ingest: Callable[[OrmSession], dict[str, Any]], results: str) -> dict[str, Any]:
     """A POST that appends events: ``ingest(db)`` in one unit of work that commits only
     within the tenant's storage quota (429 otherwise, nothing stored), then the work after
-    the response: the new tool outputs' token counts and, when configured, the
-    model-written record. Returns ingest's answer without ``new_tool_outputs``
-    (``results``: the key of its per-item list, each with a ``status``)."""
-    with uow() as db:
+    the response (app/services/after_ingest.py). Returns ingest's answer without
+    ``new_tool_outputs`` (``results``: the key of its per-item list, each with a ``status``)."""
+    with unit_of_work(state.session_factory) as db:
         out = ingest(db)
-        tenancy_service.check_storage_quota(db, caller.tenant_id, request.app.state.settings.storage_quota_bytes)
-    handles = sorted(set(out.pop("new_tool_outputs")))
+        tenancy_service.check_storage_quota(db, caller.tenant_id, state.settings.storage_quota_bytes)
     created = any(r["status"] == "created" for r in out[results])
-    state = request.app.state
-    # queued now, counted once this worker is idle (app/services/payload_counts.py)
-    counted = state.payload_counter.submit(session_id, handles) if handles else None
-    warmer = getattr(state, "warmer", None)
-    if created and warmer is not None and "last_seq" in out:
-        # the next GET's first steps (its new messages' tokenizing above all) taken once this response is
-        # sent, beside the agent's next request (app/services/requests.py warm_after_post); first of the
-        # work after the response, so that the response itself does not wait for them
-        background.add_task(_warm, warmer, partial(request_service.warm_after_post, profiles, meters, session_id,
-                                                   int(out["last_seq"]), memo=memo))
-    if state.summarizer is not None and created and state.summary_jobs.start(session_id):
-        # the optional model-written record of the pass the next GET would run: after the
-        # response, never inside a GET (issue 10 item 6)
-        background.add_task(summarizer_service.summarize_pass_after_post,
-                            partial(request_service.planned_pass, state.session_factory, profiles, meters, session_id,
-                                    memo=memo, read_factory=state.read_factory),
-                            state.summarizer_http, state.summarizer, state.summaries, session_id, state.summary_jobs,
-                            registered=True)
-    if counted is not None:  # last: the summarizer's task above does not wait for the count
-        background.add_task(_counted, counted)
+    schedule_after_ingest(state, background.add_task, session_id, created=created,
+                          last_seq=int(out["last_seq"]) if "last_seq" in out else None,
+                          new_tool_outputs=out.pop("new_tool_outputs"))
     return out
 
 
 @router.post("/sessions/{session_id}/messages", response_model=MessageBatchOut,
              responses=documented(400, 404, 409, 413))
-def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: Uow, profiles: Profiles,
-                  meters: Meters, memo: Memo, background: BackgroundTasks, caller: Caller, shell_states: ShellStateCache,
+def post_messages(session_id: str, batch: MessageBatch, state: State, background: BackgroundTasks, caller: Caller,
                   format: Annotated[Literal["openai", "anthropic"], Query(
                       description="the messages' format: openai (chat completions) or anthropic (Messages API)")]
                   = "openai") -> MessageBatchOut:
@@ -167,27 +154,16 @@ def post_messages(session_id: str, batch: MessageBatch, request: Request, uow: U
     the session's message stream. Re-posting the whole history every turn is safe: a
     message at a known position is a no-op when equal and 409 when changed. One
     transaction; bad input is 422 and stores nothing."""
-    settings = request.app.state.settings
+    settings = state.settings
     mapped = validated_messages(map_messages(batch.messages, fmt=format, start=batch.start, system=batch.system),
                                 start=batch.start, max_instructions_chars=settings.max_string_chars)
     return MessageBatchOut(**_ingest(
-        request, background, uow, profiles, meters, memo, caller, session_id, results="messages",
-        ingest=lambda db: message_service.ingest_messages(db, session_id, mapped, start=batch.start, profiles=profiles,
-                                                          meters=meters, max_payload_bytes=settings.max_payload_bytes,
-                                                          redact=settings.redact_secrets, shell_states=shell_states,
-                                                          memo=memo)))
-
-
-async def _warm(warmer: PlanWarmer, job: Callable[[], object]) -> None:
-    """Hand a warm-up to its thread (on the event loop: no thread hop to hand it over)."""
-    warmer.submit(job)
-
-
-async def _counted(done: Future[None]) -> None:
-    """The POST's last work after its response: await its outputs' count on the event loop
-    (no thread held), so an in-process client (TestClient, which returns once background
-    tasks are done) finds it stored."""
-    await asyncio.wrap_future(done)
+        state, background, caller, session_id, results="messages",
+        ingest=lambda db: message_service.ingest_messages(db, session_id, mapped, start=batch.start,
+                                                          profiles=state.profiles, meters=state.meters,
+                                                          max_payload_bytes=settings.max_payload_bytes,
+                                                          redact=settings.redact_secrets,
+                                                          shell_states=state.shell_states, memo=state.memo)))
 
 
 @router.post("/sessions/{session_id}/preconditions", response_model=PreconditionOut, responses=documented(400, 404, 409, 413))
@@ -216,7 +192,7 @@ def get_request(session_id: str, request: Request,
     while it is in flight, at most ``CTXD_SUMMARIZER_WAIT_SECONDS``."""
     # what app/api/deps.py's dependencies give, read here at once: this route is the hot
     # path, and FastAPI solves each declared dependency apart (~0.3 ms for seven)
-    state = request.app.state
+    state = state_of(request.app)
     out = request_service.assemble_request(state.session_factory, state.profiles, state.meters, session_id, fmt=format,
                                            memo=state.memo, read_factory=state.read_factory,
                                            pass_due=pass_due_of(state), candidates=candidates_of(state),
