@@ -226,7 +226,7 @@ def _reset_meter(meter: Any) -> None:
 
 
 def server_shell_states() -> Any:
-    """The shell inference states a server keeps between POSTs (``app.state.shell_states``,
+    """The shell inference states a server keeps between POSTs (``app.state.ctxd.shell_states``,
     the default size): without them every POST of a session with a shell tool re-reads and
     re-parses all its earlier commands (ingest then grows with the session)."""
     from app.services.shell_inference import ShellStates
@@ -255,7 +255,7 @@ class Harness:
         self.read_factory = make_read_factory(self.engine)
         self.profiles = ProfileRegistry(load_profiles())
         self.memos: dict[int, Any] = {}  # one assembly memo per meter registry (mode), as each server has its own
-        self.shell_states = server_shell_states()  # kept between POSTs, as app.state.shell_states on a server
+        self.shell_states = server_shell_states()  # kept between POSTs, as app.state.ctxd.shell_states on a server
         self.statements = 0  # SQL statements sent to the database (an executemany counts once)
 
         @event.listens_for(self.engine, "before_cursor_execute")

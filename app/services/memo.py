@@ -15,7 +15,7 @@ Per session:
 * manifests: per wire format, the last stored manifest (the base of the next one's delta).
 
 The memo does no I/O: the GET's load step passes it a loader for the rows it lacks, and
-the planner receives its values explicitly. One memo per app (``app.state.memo``).
+the planner receives its values explicitly. One memo per app (``app.state.ctxd.memo``).
 
 The memo is bounded in bytes (``max_bytes``, setting ``CTXD_MEMO_BYTES``, 256 MiB by
 default) and in sessions (``max_sessions``): least recently used sessions are dropped

@@ -58,7 +58,7 @@ log = logging.getLogger("ctxd")
 FORMATS = ("openai", "anthropic", "tokens")
 
 #: Whether a trunk rewrite (a compaction pass) is due within a few calls, judged on what a
-#: GET loaded: an override of the default signal (``app.state.pass_due``; None, the default:
+#: GET loaded: an override of the default signal (``app.state.ctxd.pass_due``; None, the default:
 #: select's forecast from its watermarks, :mod:`app.domain.compaction.forecast`). A function
 #: of the loaded state and events only, so every worker judges alike.
 PassDue = Callable[[SessionState, Sequence[Event]], bool]
@@ -234,7 +234,7 @@ def _count_key(tokenizer_id: str, handle: str) -> tuple[str, str]:
 
 def remember_payload_tokens(memo: AssemblyMemo, session_id: str, tokenizer_id: str, counts: Mapping[str, int]) -> None:
     """Keep counts just computed for a session's outputs in this worker's memo (the app's,
-    ``app.state.memo``), so its next GETs need not read them back (another worker reads them
+    ``app.state.ctxd.memo``), so its next GETs need not read them back (another worker reads them
     from storage)."""
     stash = memo.leaf_cache(session_id)
     for handle, count in counts.items():
@@ -417,7 +417,7 @@ def assemble_request(factory: sessionmaker[OrmSession], profiles: ProfileRegistr
 
     ``factory`` opens write transactions (the save), ``read_factory`` snapshot reads (the
     load; default ``factory``, see :func:`app.store.db.make_read_factory`). ``memo``: the
-    app's assembly memo (``app.state.memo``). ``policy``: ``select`` (GET /request's
+    app's assembly memo (``app.state.ctxd.memo``). ``policy``: ``select`` (GET /request's
     default: compaction passes into the progress record, saved with the layout state) or
     ``window`` (the evaluation's baseline); ``watermarks``: select's settings instead of
     the profile's (the ``ctxd eval`` sweep). ``pass_due``: an override of the compaction
@@ -540,7 +540,7 @@ def warm_after_post(profiles: ProfileRegistry, meters: MeterRegistry, session_id
 
 
 class PlanWarmer:
-    """One background thread for :func:`warm_after_post` (``app.state.warmer``): a POST
+    """One background thread for :func:`warm_after_post` (``app.state.ctxd.warmer``): a POST
     hands it the warm-up of its session's next plan, which runs beside the POST's response
     and the agent's next GET. A warm-up is dropped, not queued, while another runs (the
     GET then takes those steps itself, as it always can): under load no work piles up."""

@@ -201,10 +201,10 @@ def ingest_events(db: OrmSession, session_id: str, events: list[dict[str, Any]],
     (``redactions``), which the manifest item reports as a transform. The raw bytes stay
     whole behind the event's handle. Contract, system text and tools are never redacted.
 
-    ``shell_states``: the process's shell inference states (``app.state.shell_states``,
+    ``shell_states``: the process's shell inference states (``app.state.ctxd.shell_states``,
     app/services/shell_inference.py); None: a batch that infers rebuilds its session's.
 
-    ``memo``: the worker's assembly memo (``app.state.memo``): once the transaction has
+    ``memo``: the worker's assembly memo (``app.state.ctxd.memo``): once the transaction has
     committed, the batch's new events are appended to the session's memoized events
     (:meth:`~app.services.memo.AssemblyMemo.extend`), so the next GET of this worker reads
     no event rows.

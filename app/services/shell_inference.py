@@ -16,7 +16,7 @@ and nothing is inferred for its call.
 
 The session's :class:`~app.adapters.bash_effects.SessionEffects` (texts written so far,
 artifacts seen) is kept per process for the session's last seq in :class:`ShellStates`
-(``app.state.shell_states``, bounded in bytes by ``CTXD_SHELL_STATE_BYTES``) and rebuilt
+(``app.state.ctxd.shell_states``, bounded in bytes by ``CTXD_SHELL_STATE_BYTES``) and rebuilt
 from the stored tool calls when another process (or a rolled-back batch) moved the log, or
 the state was evicted: the common case costs one parse per shell call, never a replay of
 the session.

@@ -32,7 +32,7 @@ otherwise the deterministic record.
 
 An agent GETs right after its POST, before a model call of seconds answers, so the GET that
 runs a pass waits for this worker's job of exactly its fold while it is in flight
-(:class:`SummaryJobs`, ``app.state.summary_jobs``), at most ``CTXD_SUMMARIZER_WAIT_SECONDS``
+(:class:`SummaryJobs`, ``app.state.ctxd.summary_jobs``), at most ``CTXD_SUMMARIZER_WAIT_SECONDS``
 (0: never), in its thread-pool thread with no transaction open; its manifest's
 ``compaction.record.source.wait`` says how long, or that the wait ran out. Other GETs never
 wait. A job in another worker is not seen: that worker's GET uses the deterministic record.
@@ -326,7 +326,7 @@ class _Job:
 
 
 class SummaryJobs:
-    """The summarizer jobs in flight in this worker, one per session (``app.state.summary_jobs``;
+    """The summarizer jobs in flight in this worker, one per session (``app.state.ctxd.summary_jobs``;
     thread safe). A job is registered when the POST hook starts, learns its fold key once it
     has planned the pass, and is released when it ends (outcome stored, failure, or its
     requests' timeouts): :meth:`wait` always returns by then or at its bound. Another worker's
