@@ -10,14 +10,17 @@ the whole memo (twice, which gives the noise floor) and, per field of
 before every GET (the GET then derives that artefact again, as it would with no such
 memo). The configurations run in lockstep: at every model call of the trace each
 session's GET runs back to back, in rotating order, so load on the machine hits them
-alike. Every GET of every configuration must serve the same body (the memo changes no
-result). Prints ms per GET and what the field saves: ``1 - whole / without``.
+alike. The garbage collector is held during a call's GETs and run between calls
+(untimed): a full collection walks every configuration's memo and would land on whichever
+GET triggers it. Every GET of every configuration must serve the same body (the memo
+changes no result). Prints ms per GET and what the field saves: ``1 - whole / without``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 import time
 from pathlib import Path
@@ -64,6 +67,8 @@ def measure(traces: list[Path], fields: list[str], *, quiet: bool = False) -> di
                     calls += 1
                     bodies = set()
                     order = configs[calls % len(configs):] + configs[:calls % len(configs)]
+                    gc.collect()
+                    gc.disable()
                     for c in order:
                         h.memos[id(meters[c])] = memos[c]
                         if c in fields:
@@ -71,6 +76,7 @@ def measure(traces: list[Path], fields: list[str], *, quiet: bool = False) -> di
                         took, out = h.timed_get(meters[c], sids[c])
                         seconds[c] += took
                         bodies.add(_body_digest(dict(out.request)))
+                    gc.enable()
                     if len(bodies) != 1:
                         raise AssertionError(f"{trace.name} call {calls}: the configurations served different bodies")
             gets += calls

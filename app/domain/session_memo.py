@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the artefacts' own modules import this one
-    from app.domain.assembly.common import BoundedResult
+    from app.domain.assembly.base import BoundedResult
     from app.domain.assembly.grouping import _Grouping
     from app.domain.assembly.views import ViewParams, _GroupView, _ItemsLoop, _LastViews
     from app.domain.compaction.forecast import PassForecast

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session as OrmSession
 
 from app.domain.errors import InvalidMessage, MessageConflict
+from app.domain.ingest import PostedEvent
 from app.services.memo import AssemblyMemo
 from app.services.sessions import (
     check_protected_text,
@@ -17,6 +18,7 @@ from app.services.sessions import (
 )
 from app.services.shell_inference import ShellStates
 from app.store import positions as store
+from app.store import repository as repo
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
 from app.wire.inbound import MappedMessage
@@ -67,7 +69,7 @@ def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage]
                              loc=["body", "start"], next_position=upcoming)
     stored = store.stored_positions(db, session_id, [m.position for m in mapped])
     out: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
+    events: list[PostedEvent] = []
     new: list[tuple[MappedMessage, str]] = []
     for m in mapped:
         digest = m.fingerprint()
@@ -89,10 +91,10 @@ def ingest_messages(db: OrmSession, session_id: str, mapped: list[MappedMessage]
             if merged != row.system:
                 if meters is not None:
                     check_protected_text(profiles, meters, row.profile, {"system": merged})
-                row.system = merged
+                repo.set_session_fields(row, system=merged)
                 db.flush()
         new.append((m, digest))
-        events.extend(m.events)
+        events.extend(PostedEvent.from_json(e) for e in m.events)
     ingested: dict[str, Any] = ingest_events(db, session_id, events, max_payload_bytes=max_payload_bytes,
                                              redact=redact, shell_states=shell_states, memo=memo) \
         if events else {"last_seq": row.last_seq, "results": [], "new_tool_outputs": []}

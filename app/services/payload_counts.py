@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
@@ -45,9 +45,6 @@ from app.services.memo import AssemblyMemo
 from app.store.db import unit_of_work
 from app.tokenizers.loading import MeterRegistry
 from app.tokenizers.profiles import ProfileRegistry
-
-if TYPE_CHECKING:
-    from app.services.app_state import AppState
 
 log = logging.getLogger("ctxd")
 
@@ -207,7 +204,21 @@ def count_and_remember(factory: sessionmaker[OrmSession], profiles: ProfileRegis
         log.exception("counting the tokens of %d payload(s) of session %s failed", len(handles), session_id)
 
 
-def counter_for(state: Callable[[], AppState], activity: Activity) -> PayloadCounter:
+class CountingState(Protocol):
+    """What a count reads of the application's state (``AppState``, app/services/app_state.py,
+    which holds this module's counter: named structurally, so neither imports the other)."""
+
+    @property
+    def session_factory(self) -> sessionmaker[OrmSession]: ...
+    @property
+    def profiles(self) -> ProfileRegistry: ...
+    @property
+    def meters(self) -> MeterRegistry: ...
+    @property
+    def memo(self) -> AssemblyMemo: ...
+
+
+def counter_for(state: Callable[[], CountingState], activity: Activity) -> PayloadCounter:
     """The app's counter: each job counts with what ``state()`` (the application's state,
     built in the lifespan) holds when it runs: ``session_factory``, ``profiles``,
     ``meters``, ``memo``."""

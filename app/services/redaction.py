@@ -25,7 +25,8 @@ from typing import Any
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
 
-from app.domain.redaction import Redaction, Span, merge, pattern_spans, redact_json_text, redact_text
+from app.domain.ingest import redact_message
+from app.domain.redaction import Redaction, Span, merge, pattern_spans, redact_text
 from app.observability import metrics
 
 #: detect-secrets plugins not used (see the module docstring).
@@ -139,19 +140,4 @@ def redact_event(body: dict[str, Any]) -> tuple[str, ...]:
     reasoning, each tool call's arguments); returns the kinds redacted (empty: unchanged).
     A tool result's payload is redacted by the caller (:func:`redact_payload`): its raw
     bytes are stored first under their own handle."""
-    kinds: list[str] = []
-    for field in ("content", "reasoning"):
-        value = body.get(field)
-        if isinstance(value, str) and value:
-            done = redact_text(value, find_secrets)
-            if done.changed:
-                body[field] = done.text
-                kinds += done.kinds
-    for call in body.get("tool_calls") or []:
-        arguments = call.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            done = redact_json_text(arguments, find_secrets)
-            if done.changed:
-                call["arguments"] = done.text
-                kinds += done.kinds
-    return tuple(kinds)
+    return redact_message(body, find_secrets)

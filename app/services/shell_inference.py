@@ -8,7 +8,7 @@ infers from the call's command: one ``artifact_write`` event per written artifac
 id ``infer:<seq of the result>:<j>``, placed right before the result, with the content hash
 of an exactly known text), the binding of its first read and the other reads, the hash of a
 whole-file ``cat`` read, and the ``unknown`` binding of a command that does not parse. They
-are resolved to the server's revisions like a client's (``_bind_reads``). Client-supplied
+are resolved to the server's revisions like a client's (app/domain/ingest.py ``_bind_reads``). Client-supplied
 bindings win: a result that carries a binding or ``conditions["reads"]``, or that follows
 ``artifact_write`` events in its batch (none since the batch's previous tool result: the
 client's writes for that call, as app/adapters/miniswe.py places them), is kept as given,
@@ -16,7 +16,7 @@ and nothing is inferred for its call.
 
 The session's :class:`~app.adapters.bash_effects.SessionEffects` (texts written so far,
 artifacts seen) is kept per process for the session's last seq in :class:`ShellStates`
-(``app.state.ctxd.shell_states``, bounded in bytes by ``CTXD_SHELL_STATE_BYTES``) and rebuilt
+(``AppState.shell_states``, bounded in bytes by ``CTXD_SHELL_STATE_BYTES``) and rebuilt
 from the stored tool calls when another process (or a rolled-back batch) moved the log, or
 the state was evicted: the common case costs one parse per shell call, never a replay of
 the session.
@@ -24,7 +24,7 @@ the session.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +33,8 @@ from sqlalchemy.orm import Session as OrmSession
 from app.adapters.bash_effects import CallEffects, SessionEffects, command_of
 from app.adapters.shell_tools import call_bindings, declared_shell_tools, hash_effects
 from app.caches import ENTRY_OVERHEAD, ByteLRU
+from app.domain.ingest import PostedEvent
 from app.store import repository as repo
-from app.store.db import after_commit
 from app.store.tables import SessionRow
 
 
@@ -84,60 +84,74 @@ class ShellStates(ByteLRU[str, ShellState]):
 
 
 class Inference:
-    """The shell inference of one ingest batch of one session (None-cost when the session
-    declares no shell tool). Not thread-safe: one per batch. ``states``: the process's
-    cached states (None: none kept, every batch that needs one rebuilds it)."""
+    """The shell inference of one ingest batch of one session, built by :meth:`load` with
+    what the batch needs read up front (its :class:`ShellState`, when a call or result of
+    the batch may use it); it reads no database afterwards (the
+    :class:`app.domain.ingest.ShellInference` port of the batch's plan). Not thread-safe:
+    one per batch. ``states``: the process's cached states (None: none kept, every batch
+    that needs one rebuilds it)."""
 
-    def __init__(self, db: OrmSession, row: SessionRow, states: ShellStates | None = None) -> None:
-        self.db = db
+    def __init__(self, session_id: str, start_seq: int, shell: Mapping[str, str], states: ShellStates | None = None,
+                 state: ShellState | None = None) -> None:
         self.states = states
-        self.session_id = row.id
-        self.start_seq = row.last_seq
-        self.shell = declared_shell_tools(row.tools or [], row.meta or {})
-        self._state: ShellState | None = None
+        self.session_id = session_id
+        self.start_seq = start_seq
+        self.shell = shell
+        self._state = state
 
-    def state(self) -> ShellState:
-        if self._state is None:
-            cached = self.states.get(self.session_id) if self.states is not None else None
-            if cached is not None and cached.seq == self.start_seq:
-                self._state = cached.clone()  # a rolled-back batch leaves the cached one intact
+    @classmethod
+    def load(cls, db: OrmSession, row: SessionRow, events: Sequence[PostedEvent],
+             states: ShellStates | None = None) -> Inference | None:
+        """The inference of ``events`` (the batch's new events) for the session ``row``
+        (locked), or None when the session declares no shell tool. The session's state is
+        taken (a copy of the cached one at the session's last seq, else rebuilt from the
+        stored tool calls) when a result, or a message calling a shell tool, is among them."""
+        shell = declared_shell_tools(row.tools or [], row.meta or {})
+        if not shell:
+            return None
+        needed = any(e.kind == "tool_result" or (e.kind == "message" and any(
+            c.get("name") in shell for c in e.fields.get("tool_calls") or [])) for e in events)
+        state = None
+        if needed:
+            cached = states.get(row.id) if states is not None else None
+            if cached is not None and cached.seq == row.last_seq:
+                state = cached.clone()  # a rolled-back batch leaves the cached one intact
             else:
-                self._state = ShellState(seq=self.start_seq)
-                for call in repo.message_tool_calls(self.db, self.session_id, upto_seq=self.start_seq):
-                    self._state.call(call, self.shell)
-            after_commit(self.db, self._publish)
-        return self._state
+                state = ShellState(seq=row.last_seq)
+                for call in repo.message_tool_calls(db, row.id, upto_seq=row.last_seq):
+                    state.call(call, shell)
+        return cls(row.id, row.last_seq, shell, states, state)
 
-    def _publish(self) -> None:
-        if self._state is not None and self.states is not None:
-            self.states.put(self.session_id, self._state)
+    def _loaded(self) -> ShellState:
+        if self._state is None:
+            raise RuntimeError("the shell inference state of a batch is loaded with it (Inference.load)")
+        return self._state
 
     def message(self, body: Mapping[str, Any]) -> None:
         """Run the shell calls of a new message event (its stored body)."""
         calls = [c for c in body.get("tool_calls") or [] if c.get("name") in self.shell]
         if calls:
-            state = self.state()
+            state = self._loaded()
             for call in calls:
                 state.call(call, self.shell)
 
-    def result(self, body: dict[str, Any], payload: str, *,
-               described: bool = False) -> tuple[CallEffects, list[dict[str, Any]]] | None:
+    def result(self, body: dict[str, Any], payload: str, *, described: bool = False,
+               revision_of: Callable[[str], int] = lambda artifact: 0) -> list[dict[str, Any]] | None:
         """For a new tool result (its body, before its binding is resolved; ``payload`` its
-        raw text): None when nothing is inferred: no shell call, or the client described it
-        (a binding, ``conditions["reads"]``, or ``described``: the batch posted artifact
-        writes right before it, since its previous tool result).
-        Else (the call's effects, the bodies of the ``artifact_write`` events to append
-        before the result: ``{"artifact", "content_hash"?}``); the body gets the inferred
-        binding and ``conditions["reads"]``."""
+        raw text; ``revision_of``: an artifact's current revision): None when nothing is
+        inferred: no shell call, or the client described it (a binding,
+        ``conditions["reads"]``, or ``described``: the batch posted artifact writes right
+        before it, since its previous tool result). Else the bodies of the
+        ``artifact_write`` events to append before the result: ``{"artifact",
+        "content_hash"?}``; the body gets the inferred binding and ``conditions["reads"]``."""
         if not self.shell:
             return None
         conditions = body.get("conditions") or {}
-        state = self.state()
+        state = self._loaded()
         call = state.pending.pop(body["call_id"], None)
         if call is None or described or body.get("binding") is not None or "reads" in conditions:
             return None  # not a shell call, or bound by the client: kept as given
-        revisions = {r.artifact: repo.artifact_state(self.db, self.session_id, r.artifact)[0]
-                     for r in call.effects.reads if r.artifact in call.written}
+        revisions = {r.artifact: revision_of(r.artifact) for r in call.effects.reads if r.artifact in call.written}
         binding, reads = call_bindings(call, revisions)
         writes: list[dict[str, Any]] = [{"artifact": a} for a in call.written]
         hash_effects(call, writes, binding, exit_code=body.get("exit_code"),
@@ -148,19 +162,29 @@ class Inference:
             body["conditions"] = {**conditions, "reads": reads}
         if call.touched:  # named by a program ctxd does not know: earlier reads are possibly stale
             body["conditions"] = {**(body.get("conditions") or {}), "touches": list(call.touched)}
-        return call, writes
+        return writes
 
-    def finish(self, seq: int) -> None:
-        """The batch ended at ``seq``: the state published on commit is valid for it (a
-        batch that never needed the state moves the cached one on, unchanged)."""
+    def committed(self, seq: int) -> Callable[[], None] | None:
+        """What to do once the batch that ended at ``seq`` has committed: keep its state
+        (valid for ``seq``), or move the cached one on, unchanged, when the batch never
+        needed it (unless another batch of this process published meanwhile); None: nothing."""
+        states = self.states
+        if states is None:
+            return None
         if self._state is not None:
             self._state.seq = seq
-        elif self.shell and seq != self.start_seq and self.states is not None:
-            states, cached = self.states, self.states.get(self.session_id)
-            if cached is not None and cached.seq == self.start_seq:
-                moved = ShellState(seq=seq, effects=cached.effects, pending=cached.pending)
+            state, session_id = self._state, self.session_id
 
-                def move() -> None:  # unless another batch of this process published meanwhile
-                    states.replace(self.session_id, cached, moved)
+            def keep() -> None:
+                states.put(session_id, state)
 
-                after_commit(self.db, move)
+            return keep
+        cached = states.get(self.session_id) if seq != self.start_seq else None
+        if cached is None or cached.seq != self.start_seq:
+            return None
+        moved = ShellState(seq=seq, effects=cached.effects, pending=cached.pending)
+
+        def move() -> None:
+            states.replace(self.session_id, cached, moved)
+
+        return move

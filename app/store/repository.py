@@ -136,6 +136,22 @@ def add_session(db: OrmSession, *, session_id: str, profile: str, contract: dict
     return row
 
 
+def advance_session(row: SessionRow, *, last_seq: int, added_bytes: int = 0) -> None:
+    """The session's new last seq, and ``added_bytes`` more stored (its new payloads, as if
+    not deduplicated: the tenant's storage quota counts them)."""
+    if added_bytes:
+        row.stored_bytes = (row.stored_bytes or 0) + added_bytes
+    row.last_seq = last_seq
+
+
+def set_session_fields(row: SessionRow, **values: Any) -> None:
+    """Change what may change of a session after its create (``title``, ``system``)."""
+    for name, value in values.items():
+        if name not in ("title", "system"):
+            raise ValueError(f"a session's {name} does not change after its create")
+        setattr(row, name, value)
+
+
 def get_session_row(db: OrmSession, session_id: str, *, lock: bool = False) -> SessionRow | None:
     if lock:
         # An UPDATE first takes the write lock on SQLite and the row lock on PostgreSQL, so

@@ -117,7 +117,7 @@ def post_events(session_id: str, batch: EventBatch, state: State, background: Ba
     """Append events in one transaction (all or nothing; idempotent on event_id). The new
     tool outputs' token counts are computed after the response (manifests report them).
     A batch that brings the tenant over its storage quota is 429 and stores nothing."""
-    events = [e.model_dump(mode="json") for e in batch.events]
+    events = batch.posted()
     settings = state.settings
     return EventBatchOut(**_ingest(
         state, background, caller, session_id, results="results",

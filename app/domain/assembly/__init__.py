@@ -10,8 +10,8 @@ per turn group in the session memo), :mod:`~app.domain.assembly.items` (manifest
 phases). The names imported from ``app.domain.assembly`` are re-exported here.
 """
 
+from app.domain.assembly.base import BoundedResult
 from app.domain.assembly.bounding import FittedGroup, bound_group, bound_tool_output, fit_newest_group
-from app.domain.assembly.common import BoundedResult
 from app.domain.assembly.grouping import build_turn_groups, cached_graph, cached_states, cached_turn_groups
 from app.domain.assembly.leaf import NOTE_MAX_GROUPS
 from app.domain.assembly.views import warm_window

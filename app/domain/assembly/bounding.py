@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from app.domain.assembly.common import BoundedResult
+from app.domain.assembly.base import BoundedResult
 from app.domain.budget import Budget, split_share
 from app.domain.cuts import ElidedSpan, elided_span, payload_size
 from app.domain.errors import NewestGroupOverBudget

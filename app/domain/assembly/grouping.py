@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any, Protocol
 
-from app.domain.assembly.common import _SEQ
+from app.domain.assembly.base import _SEQ
 from app.domain.invalidation import DependencyGraph, GraphBuilder, ItemState
 from app.domain.notes import note_items
 from app.domain.scratchpad import leaf_message

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from app.domain.assembly.base import _SEQ, BoundedResult, _shared_prefix
 from app.domain.assembly.bounding import FittedGroup
-from app.domain.assembly.common import _SEQ, BoundedResult, _shared_prefix
 from app.domain.assembly.leaf import _invalidation_fields, leaf_transforms, unsent_reason
 from app.domain.cuts import ElidedSpan
 from app.domain.framing import revision_attribute

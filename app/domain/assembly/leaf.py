@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from app.domain.assembly.common import NOTES_KEPT, SHORT_HANDLE, BoundedResult
+from app.domain.assembly.base import NOTES_KEPT, SHORT_HANDLE, BoundedResult
 from app.domain.framing import frame
 from app.domain.layout import (
     Conversation,

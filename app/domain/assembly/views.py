@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any, Protocol
 
+from app.domain.assembly.base import _HANDLE, _SEQ, BoundedResult, _extends, _shared_prefix
 from app.domain.assembly.bounding import bound_tool_output, bound_user_message
-from app.domain.assembly.common import _HANDLE, _SEQ, BoundedResult, _extends, _shared_prefix
 from app.domain.assembly.grouping import GroupingMemo, _Grouping, cached_graph, cached_states
 from app.domain.assembly.items import _group_items
 from app.domain.assembly.leaf import _leaf_messages, group_call_warnings

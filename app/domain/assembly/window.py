@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from app.domain.assembly.base import _SEQ, NOTES_KEPT, BoundedResult
 from app.domain.assembly.bounding import FittedGroup, bound_documents, fit_newest_group
-from app.domain.assembly.common import _SEQ, NOTES_KEPT, BoundedResult
 from app.domain.assembly.grouping import _Grouping
 from app.domain.assembly.items import (
     EVICTED,
