@@ -413,7 +413,7 @@ def _tool_result(batch: _Batch, body: dict[str, Any], where: Mapping[str, Any]) 
 
 
 def _inferred_writes(batch: _Batch, call_id: str, writes: list[dict[str, Any]]) -> None:
-    """The call's inferred writes, right before its result (as app/adapters/miniswe.py places them)."""
+    """The call's inferred writes, right before its result (as ctxd_tools/miniswe.py places them)."""
     result_seq = batch.seq + len(writes) + 1
     plan = batch.plan
     for j, write in enumerate(writes):

@@ -3,7 +3,7 @@
 app/adapters/shell_tools.py).
 
 A tool result answering a call to a declared shell tool, posted without a ``binding`` and
-without ``conditions["reads"]``, gets what the offline importer (app/adapters/miniswe.py)
+without ``conditions["reads"]``, gets what the offline importer (ctxd_tools/miniswe.py)
 infers from the call's command: one ``artifact_write`` event per written artifact (event
 id ``infer:<seq of the result>:<j>``, placed right before the result, with the content hash
 of an exactly known text), the binding of its first read and the other reads, the hash of a
@@ -11,7 +11,7 @@ whole-file ``cat`` read, and the ``unknown`` binding of a command that does not 
 are resolved to the server's revisions like a client's (app/domain/ingest.py ``_bind_reads``). Client-supplied
 bindings win: a result that carries a binding or ``conditions["reads"]``, or that follows
 ``artifact_write`` events in its batch (none since the batch's previous tool result: the
-client's writes for that call, as app/adapters/miniswe.py places them), is kept as given,
+client's writes for that call, as ctxd_tools/miniswe.py places them), is kept as given,
 and nothing is inferred for its call.
 
 The session's :class:`~app.adapters.bash_effects.SessionEffects` (texts written so far,
